@@ -1,0 +1,142 @@
+// Stage 01: attention exactly as the textbook writes it.
+//
+//   S = scale * Q K^T          (N_q x N_k, stored)
+//   P = exp(S) / rowsum(exp(S)) (N_q x N_k, stored)  -- NO max subtraction, on purpose
+//   O = P V
+//
+// This is Vaswani et al. 2017, eq. (1), evaluated literally. Two lessons live here:
+//   1. Memory: S and P are materialised for every (batch, head): 2 * B * H * N_q * N_k elements.
+//      At N = 8192 that is 512 MiB in float32 per head, before any backward.
+//   2. Overflow: exp(s) overflows float32 once s > ~88.72 (ln(FLT_MAX)); the row sum becomes inf
+//      and P = inf / inf = NaN. Stage 02 (safe softmax) fixes it by subtracting the row max.
+//
+// Shapes and layout for every function here (see common/problem.hpp):
+//   Q, O, dO, dQ : [B, H, N_q, d]      K, V, dK, dV : [B, H_kv, N_k, d]      LSE : [B, H, N_q]
+// Row-major, contiguous. T is the element type (float in the programs; double for the
+// finite-difference check of the backward). Nothing is thrown; sizes are validated by the caller.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "problem.hpp"
+
+namespace naive {
+
+// Steps 1-2 of the forward, shared by forward() and backward(): fill S and P, both laid out
+// [B, H, N_q, N_k], and LSE = log(rowsum(exp(S))).
+// A masked entry gets S = -inf and P = exp(-inf) = 0. A row that sees no key at all
+// (causal with N_q > N_k) gets P = 0 and LSE = -inf instead of 0 / 0.
+template <class T>
+void attention_probs(const fa::AttnProblem& p, const T* Q, const T* K, T* S, T* P, T* LSE) {
+  const T scale = T(p.resolved_scale());
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t h = 0; h < p.H; ++h) {
+      T* S_bh = S + (b * p.H + h) * p.N_q * p.N_k;
+      T* P_bh = P + (b * p.H + h) * p.N_q * p.N_k;
+      for (int64_t i = 0; i < p.N_q; ++i) {
+        const T* q = Q + p.q_offset(b, h, i);
+        T* s = S_bh + i * p.N_k;
+        T* pr = P_bh + i * p.N_k;
+        // Step 1: S_ij = scale * q_i . k_j for the keys row i may see, -inf for the others.
+        for (int64_t j = 0; j < p.N_k; ++j) {
+          if (!p.visible(i, j)) {
+            s[j] = neg_inf;
+            continue;
+          }
+          const T* k = K + p.kv_offset(b, h, j);
+          T dot = 0;
+          for (int64_t c = 0; c < p.d; ++c) dot += q[c] * k[c];
+          s[j] = scale * dot;
+        }
+        // Step 2: the textbook softmax P_ij = exp(S_ij) / l_i with l_i = sum_j exp(S_ij).
+        // exp(S_ij) overflows to inf once S_ij > ~88.7 in float32: then l_i = inf and P = NaN.
+        T l = 0;
+        for (int64_t j = 0; j < p.N_k; ++j) {
+          pr[j] = std::exp(s[j]);
+          l += pr[j];
+        }
+        if (p.keys_seen(i) == 0) {  // nothing to attend to: O_i = 0, LSE_i = -inf, never NaN
+          for (int64_t j = 0; j < p.N_k; ++j) pr[j] = 0;
+          LSE[p.lse_offset(b, h, i)] = neg_inf;
+          continue;
+        }
+        for (int64_t j = 0; j < p.N_k; ++j) pr[j] /= l;
+        LSE[p.lse_offset(b, h, i)] = std::log(l);
+      }
+    }
+}
+
+// Forward: O = P V with P from attention_probs(). Writes O [B,H,N_q,d] and LSE [B,H,N_q].
+// Extra memory: S and P, 2 * B * H * N_q * N_k * sizeof(T) bytes.
+template <class T>
+void forward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, T* O, T* LSE) {
+  std::vector<T> S(static_cast<size_t>(p.B * p.H * p.N_q * p.N_k));
+  std::vector<T> P(S.size());
+  attention_probs(p, Q, K, S.data(), P.data(), LSE);
+  // Step 3: O = P V, one output row at a time.
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t h = 0; h < p.H; ++h)
+      for (int64_t i = 0; i < p.N_q; ++i) {
+        const T* pr = P.data() + ((b * p.H + h) * p.N_q + i) * p.N_k;
+        T* o = O + p.q_offset(b, h, i);
+        for (int64_t c = 0; c < p.d; ++c) o[c] = 0;
+        for (int64_t j = 0; j < p.N_k; ++j) {
+          const T* v = V + p.kv_offset(b, h, j);
+          for (int64_t c = 0; c < p.d; ++c) o[c] += pr[j] * v[c];
+        }
+      }
+}
+
+// Backward, materialised (Dao et al. 2022, Appendix B.2, the standard attention backward):
+//   dV = P^T dO                 dP = dO V^T
+//   D_i = rowsum(dO * O)_i      dS = P * (dP - D)          (softmax Jacobian, row by row)
+//   dQ = scale * dS K           dK = scale * dS^T Q
+// P is recomputed with the same textbook softmax as forward() (so it overflows the same way);
+// O is the forward output; LSE is accepted for the common signature but not needed here.
+// With GQA several query heads read one kv head, so their dK and dV contributions add up.
+// Writes dQ [B,H,N_q,d], dK and dV [B,H_kv,N_k,d]. Extra memory: S, P, dP and dS (4 N_q N_k
+// elements per (b, h)) plus a scratch LSE.
+template <class T>
+void backward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, const T* O,
+              const T* dO, const T* /*LSE*/, T* dQ, T* dK, T* dV) {
+  const T scale = T(p.resolved_scale());
+  const size_t NN = size_t(p.B * p.H * p.N_q * p.N_k);
+  std::vector<T> S(NN), P(NN), dP(NN), dS(NN), lse(static_cast<size_t>(p.lse_elems()));
+  attention_probs(p, Q, K, S.data(), P.data(), lse.data());
+  for (int64_t e = 0; e < p.q_elems(); ++e) dQ[e] = 0;
+  for (int64_t e = 0; e < p.kv_elems(); ++e) dK[e] = dV[e] = 0;
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t h = 0; h < p.H; ++h)
+      for (int64_t i = 0; i < p.N_q; ++i) {
+        const size_t row = size_t(((b * p.H + h) * p.N_q + i) * p.N_k);
+        const T* o = O + p.q_offset(b, h, i);
+        const T* dout = dO + p.q_offset(b, h, i);
+        T D = 0;  // D_i = dO_i . O_i
+        for (int64_t c = 0; c < p.d; ++c) D += dout[c] * o[c];
+        for (int64_t j = 0; j < p.N_k; ++j) {
+          const T* v = V + p.kv_offset(b, h, j);
+          T dp = 0;  // dP_ij = dO_i . V_j
+          for (int64_t c = 0; c < p.d; ++c) dp += dout[c] * v[c];
+          dP[row + j] = dp;
+          dS[row + j] = P[row + j] * (dp - D);
+        }
+        for (int64_t j = 0; j < p.N_k; ++j) {
+          const T pij = P[row + j], dsij = dS[row + j];
+          const T* k = K + p.kv_offset(b, h, j);
+          const T* q = Q + p.q_offset(b, h, i);
+          T* dk = dK + p.kv_offset(b, h, j);
+          T* dv = dV + p.kv_offset(b, h, j);
+          T* dq = dQ + p.q_offset(b, h, i);
+          for (int64_t c = 0; c < p.d; ++c) {
+            dv[c] += pij * dout[c];          // dV = P^T dO
+            dq[c] += scale * dsij * k[c];    // dQ = scale dS K
+            dk[c] += scale * dsij * q[c];    // dK = scale dS^T Q
+          }
+        }
+      }
+}
+
+}  // namespace naive

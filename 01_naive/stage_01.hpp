@@ -1,0 +1,9 @@
+// Stage 01 as the programs, the tour and the benchmarks see it (common/stage.hpp).
+#pragma once
+#include "naive.hpp"
+#include "stage.hpp"
+
+inline fa::Stage stage_01() {
+  return {"01_naive", "textbook softmax(scale QK^T) V; S and P materialised; exp may overflow",
+          naive::forward<float>, naive::backward<float>};
+}

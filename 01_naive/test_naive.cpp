@@ -1,0 +1,208 @@
+// Stage 01's tests: the conformance battery (against float64 only: stage 01 is the baseline of
+// every other stage), its backward against central finite differences in float64, the overflow
+// it is known for, its O(N^2) memory, and the program's CLI contract.
+#include <doctest/doctest.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <tuple>
+
+#include "conformance.hpp"
+#include "naive.hpp"
+#include "npy.hpp"
+#include "reference.hpp"
+#include "rng.hpp"
+
+TEST_CASE("01_naive forward: conformance battery vs float64 (and its overflow where logits > 88.7)") {
+  fa::check_forward_battery(naive::forward<float>, /*is_stage01=*/true);
+}
+
+TEST_CASE("01_naive backward: conformance battery vs the float64 reference backward") {
+  fa::check_backward_battery(naive::backward<float>, /*is_stage01=*/true);
+}
+
+// Loss L = sum(O * dO); its gradient w.r.t. X is what backward() returns for X in {Q, K, V}.
+TEST_CASE("01_naive backward in float64 equals central finite differences") {
+  for (bool causal : {false, true}) {
+    fa::AttnProblem p;
+    p.B = 2, p.H = 4, p.H_kv = 2, p.N_q = 5, p.N_k = 7, p.d = 3, p.causal = causal;
+    if (causal) p.N_q = 9;  // N_q > N_k: two rows see no key
+    INFO("causal " << causal);
+    fa::Rng rng(7);
+    fa::TensorD Q({p.B, p.H, p.N_q, p.d}), K({p.B, p.H_kv, p.N_k, p.d}), V(K.shape), dO(Q.shape);
+    for (auto* t : {&Q, &K, &V, &dO}) rng.fill_normal(*t);
+    fa::TensorD O(Q.shape), LSE({p.B, p.H, p.N_q}), dQ(Q.shape), dK(K.shape), dV(K.shape);
+    naive::forward<double>(p, Q.ptr(), K.ptr(), V.ptr(), O.ptr(), LSE.ptr());
+    naive::backward<double>(p, Q.ptr(), K.ptr(), V.ptr(), O.ptr(), dO.ptr(), LSE.ptr(), dQ.ptr(),
+                            dK.ptr(), dV.ptr());
+    auto loss = [&]() {
+      fa::TensorD O2(Q.shape), L2({p.B, p.H, p.N_q});
+      naive::forward<double>(p, Q.ptr(), K.ptr(), V.ptr(), O2.ptr(), L2.ptr());
+      double s = 0;
+      for (int64_t e = 0; e < O2.numel(); ++e) s += O2[e] * dO[e];
+      return s;
+    };
+    const double h = 1e-6;
+    for (auto [X, dX, name] : {std::tuple{&Q, &dQ, "dQ"}, {&K, &dK, "dK"}, {&V, &dV, "dV"}}) {
+      double worst = 0;
+      for (int64_t e = 0; e < X->numel(); ++e) {
+        const double x0 = (*X)[e];
+        (*X)[e] = x0 + h;
+        const double up = loss();
+        (*X)[e] = x0 - h;
+        const double down = loss();
+        (*X)[e] = x0;
+        worst = std::max(worst, std::fabs((up - down) / (2 * h) - (*dX)[e]));
+      }
+      INFO(name << " max |analytic - finite difference| = " << worst);
+      CHECK(worst < 1e-7);
+    }
+  }
+}
+
+TEST_CASE("01_naive overflows exactly where the lesson says: a logit of 89 gives NaN") {
+  // d = 1, scale = 1, one query q = 1, keys k = {89, 0}: S = {89, 0}. exp(89) > FLT_MAX (ln
+  // FLT_MAX = 88.72), so l = inf and P_0 = inf / inf = NaN. The true answer is O ~= V_0.
+  fa::AttnProblem p;
+  p.N_q = 1, p.N_k = 2, p.d = 1, p.scale = 1.f;
+  const float Q[1] = {1.f}, K[2] = {89.f, 0.f}, V[2] = {2.f, -3.f};
+  float O[1], LSE[1];
+  naive::forward<float>(p, Q, K, V, O, LSE);
+  CHECK(std::isnan(O[0]));
+  CHECK(std::isinf(LSE[0]));
+  // One step below the threshold the same code is right: S = {88, 0}.
+  const float K88[2] = {88.f, 0.f};
+  naive::forward<float>(p, Q, K88, V, O, LSE);
+  CHECK(O[0] == doctest::Approx(2.0).epsilon(1e-6));
+  CHECK(LSE[0] == doctest::Approx(88.0).epsilon(1e-6));
+  // The float64 reference (safe softmax) has no such limit.
+  fa::Tensor q({1, 1, 1, 1}, 1.f), k({1, 1, 2, 1}), v({1, 1, 2, 1});
+  k[0] = 89.f, v[0] = 2.f, v[1] = -3.f;
+  fa::TensorD o, lse;
+  fa::reference_forward(p, q, k, v, o, lse);
+  CHECK(o[0] == doctest::Approx(2.0 - 5.0 * std::exp(-89.0)));
+}
+
+TEST_CASE("01_naive materialises S and P: measured extra memory >= 2 * B*H*N_q*N_k floats") {
+  fa::AttnProblem p;
+  p.B = 2, p.H = 3, p.H_kv = 3, p.N_q = 300, p.N_k = 200, p.d = 16;
+  const fa::Inputs in = fa::random_inputs(p, 1);
+  const fa::ForwardRun r = fa::run_forward(naive::forward<float>, in);
+  const int64_t SP = 2 * p.B * p.H * p.N_q * p.N_k * int64_t(sizeof(float));
+  CHECK(r.extra_bytes >= SP);
+  CHECK(r.extra_bytes < SP + SP / 10);
+}
+
+// ---- The program's CLI contract (design.md): run the real binary. ----
+namespace {
+namespace fs = std::filesystem;
+
+struct Ran {
+  int code;
+  std::string err;
+};
+Ran run(const std::string& args, const fs::path& dir) {
+  const fs::path err = dir / "stderr.txt";
+  const std::string cmd = std::string(STAGE_BIN) + " " + args + " >" + (dir / "stdout.txt").string() +
+                          " 2>" + err.string();
+  const int status = std::system(cmd.c_str());
+  std::ifstream f(err);
+  std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, all};
+}
+int lines(const std::string& s) { return int(std::count(s.begin(), s.end(), '\n')); }
+
+// A hand-made .npy whose header claims `descr` (to make float64 / Fortran-order files).
+void write_raw_npy(const fs::path& path, const std::string& descr, bool fortran, int n) {
+  std::string header = "{'descr': '" + descr + "', 'fortran_order': " + (fortran ? "True" : "False") +
+                       ", 'shape': (1, " + std::to_string(n) + "), }";
+  while ((10 + header.size() + 1) % 64) header += ' ';
+  header += '\n';
+  std::ofstream f(path, std::ios::binary);
+  const unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)header.size(), 0};
+  f.write((const char*)pre, 10);
+  f << header;
+  std::string zeros(size_t(n) * 8, '\0');
+  f.write(zeros.data(), std::streamsize(zeros.size()));
+}
+}  // namespace
+
+TEST_CASE("01_naive program: --q/--k/--v files in, O and LSE out, matching float64 to 1e-6") {
+  const fs::path dir = fs::temp_directory_path() / "fa_test_01_cli_ok";
+  fs::create_directories(dir);
+  const std::string data = FA_DATA_DIR;
+  const std::string args = "--q " + data + "/minilm_l0_q.npy --k " + data + "/minilm_l0_k.npy --v " +
+                           data + "/minilm_l0_v.npy --out " + (dir / "o.npy").string() + " --lse " +
+                           (dir / "l.npy").string() + " --no-check";
+  const Ran r = run(args, dir);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  const fa::Tensor O = fa::read_npy((dir / "o.npy").string(), "o");
+  const fa::Tensor L = fa::read_npy((dir / "l.npy").string(), "l");
+  const fa::Inputs in = fa::load_inputs(data + "/minilm_l0_q.npy", data + "/minilm_l0_k.npy",
+                                        data + "/minilm_l0_v.npy", false, 0.f);
+  fa::TensorD O64, L64;
+  fa::reference_forward(in.p, in.Q, in.K, in.V, O64, L64);
+  REQUIRE(O.shape == O64.shape);
+  REQUIRE(L.shape == L64.shape);
+  const fa::ErrorStats eo = fa::compare(O.ptr(), O64.ptr(), O.numel());
+  const fa::ErrorStats el = fa::compare(L.ptr(), L64.ptr(), L.numel());
+  CHECK(eo.max_abs <= 1e-6 * std::max(1.0, fa::max_abs_finite(O64.ptr(), O64.numel())));
+  CHECK(el.max_abs <= 1e-6 * std::max(1.0, fa::max_abs_finite(L64.ptr(), L64.numel())));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("01_naive program: bad input -> one line on stderr, exit 2, no output file") {
+  const fs::path dir = fs::temp_directory_path() / "fa_test_01_cli_bad";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string data = FA_DATA_DIR;
+  const std::string K = data + "/minilm_l0_k.npy", V = data + "/minilm_l0_v.npy";
+  const fs::path out = dir / "o.npy";
+  // A 3x5 Q against K with d = 32.
+  fa::write_npy((dir / "q35.npy").string(), fa::Tensor({3, 5}, 1.f), "q");
+  // A float64 .npy and a Fortran-order one.
+  write_raw_npy(dir / "f64.npy", "<f8", false, 32);
+  write_raw_npy(dir / "fortran.npy", "<f4", true, 32);
+  // A NaN in Q.
+  fa::Tensor qn = fa::read_npy(data + "/minilm_l0_q.npy", "q");
+  qn[123] = std::numeric_limits<float>::quiet_NaN();
+  fa::write_npy((dir / "qnan.npy").string(), qn, "q");
+  // A truncated file.
+  { std::ofstream f(dir / "short.npy", std::ios::binary); f << "\x93NUMPY"; }
+
+  const std::pair<std::string, std::string> cases[] = {
+      {"--q " + (dir / "q35.npy").string() + " --k " + K + " --v " + V, "--q"},
+      {"--q " + (dir / "missing.npy").string() + " --k " + K + " --v " + V, "--q"},
+      {"--heads 8 --kv-heads 3", "--kv-heads"},
+      {"--q " + (dir / "f64.npy").string() + " --k " + K + " --v " + V, "float32"},
+      {"--q " + (dir / "fortran.npy").string() + " --k " + K + " --v " + V, "C order"},
+      {"--q " + (dir / "qnan.npy").string() + " --k " + K + " --v " + V, "NaN"},
+      {"--q " + (dir / "short.npy").string() + " --k " + K + " --v " + V, "--q"},
+      {"--seq-q 0", "--seq-q"},
+      {"--head-dim abc", "--head-dim"},
+      {"--scale -1 --seq-q 4", "--scale"},
+      {"--dtype fp16 --seq-q 4", "--dtype"},
+      {"--q " + K, "--k"},
+      {"--seq-q 4 --q " + K + " --k " + K + " --v " + V, "--q"},
+      {"--no-such-flag", "no-such-flag"},
+      {"--seq-q 4 --out /nonexistent-dir/o.npy", "--out"},
+  };
+  for (const auto& [args, mention] : cases) {
+    INFO("args: " << args);
+    const bool has_out = args.find("--out") != std::string::npos;
+    const Ran r = run(has_out ? args : args + " --out " + out.string(), dir);
+    INFO("stderr: " << r.err);
+    CHECK(r.code == 2);
+    CHECK(lines(r.err) == 1);
+    CHECK(r.err.find(mention) != std::string::npos);
+    CHECK(!fs::exists(out));
+    CHECK(!fs::exists(out.string() + ".tmp"));
+  }
+  fs::remove_all(dir);
+}

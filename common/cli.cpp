@@ -1,0 +1,222 @@
+#include "cli.hpp"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "errors.hpp"
+#include "npy.hpp"
+
+namespace fa {
+
+void add_common_flags(CLI::App& app, CliFlags& f, bool backward) {
+  AttnProblem& p = f.p;
+  p.B = 1, p.H = 4, p.H_kv = 0, p.N_q = 256, p.N_k = 0, p.d = 64;  // 0: "same as" (see make_inputs)
+  f.shape_opts[0] = app.add_option("--batch", p.B, "batch size B (default 1)");
+  f.shape_opts[1] = app.add_option("--heads", p.H, "query heads H (default 4)");
+  f.shape_opts[2] = app.add_option("--kv-heads", p.H_kv, "key/value heads H_kv, H % H_kv == 0 (default H)");
+  f.shape_opts[3] = app.add_option("--seq-q", p.N_q, "query length N_q (default 256)");
+  f.shape_opts[4] = app.add_option("--seq-k", p.N_k, "key length N_k (default N_q)");
+  f.shape_opts[5] = app.add_option("--head-dim", p.d, "head dimension d (default 64)");
+  app.add_flag("--causal", p.causal, "bottom-right aligned causal mask: query i sees key j iff j <= i + N_k - N_q");
+  app.add_option("--scale", p.scale, "softmax scale (default 1/sqrt(d))");
+  app.add_option("--seed", f.seed, "seed of the random inputs (default 0)");
+  auto* q = app.add_option("--q", f.q, "Q as .npy (float32, [B,H,N_q,d], [H,N_q,d] or [N_q,d])");
+  auto* k = app.add_option("--k", f.k, "K as .npy (float32, [B,H_kv,N_k,d] ...)");
+  auto* v = app.add_option("--v", f.v, "V as .npy (float32, shape of K)");
+  q->needs(k)->needs(v);
+  k->needs(q)->needs(v);
+  v->needs(q)->needs(k);
+  for (auto* o : f.shape_opts) o->excludes(q)->excludes(k)->excludes(v);
+  app.add_option("--dtype", f.dtype, "element type: fp32 (CPU stages), fp16 or bf16 (GPU stages)");
+  app.add_option("--out", f.out, "write O as .npy (float32, [B,H,N_q,d])");
+  app.add_option("--lse", f.lse, "write LSE as .npy (float32, [B,H,N_q], natural log)");
+  if (backward) {
+    app.add_option("--do", f.dO, "dO as .npy (shape of Q; default random normal)");
+    app.add_option("--dq", f.dq, "write dQ as .npy");
+    app.add_option("--dk", f.dk, "write dK as .npy");
+    app.add_option("--dv", f.dv, "write dV as .npy");
+  }
+  app.add_flag("--json", f.json, "print a JSON report instead of text");
+  app.add_flag("--no-check", f.no_check, "skip the comparisons with stage 01 and float64");
+}
+
+Inputs make_inputs(const CliFlags& f) {
+  if (!f.q.empty()) return load_inputs(f.q, f.k, f.v, f.p.causal, f.p.scale);
+  bool shape_given = false;
+  for (auto* o : f.shape_opts) shape_given |= o && o->count() > 0;
+  if (!shape_given) return default_inputs(f.p.causal, f.p.scale);
+  AttnProblem p = f.p;
+  if (p.H_kv == 0) p.H_kv = p.H;
+  if (p.N_k == 0) p.N_k = p.N_q;
+  return random_inputs(p, f.seed);
+}
+
+void check_dtype(const CliFlags& f, const std::string& supported) {
+  if (f.dtype != supported)
+    throw InputError("--dtype", supported + " (this program computes in " + supported + ")",
+                     "'" + f.dtype + "'");
+}
+
+void check_output_paths(const CliFlags& f) {
+  const std::pair<const char*, const std::string*> outs[] = {
+      {"--out", &f.out}, {"--lse", &f.lse}, {"--dq", &f.dq}, {"--dk", &f.dk}, {"--dv", &f.dv}};
+  for (auto& [flag, path] : outs) {
+    if (path->empty()) continue;
+    std::filesystem::path dir = std::filesystem::path(*path).parent_path();
+    if (dir.empty()) dir = ".";
+    std::error_code ec;
+    if (!std::filesystem::is_directory(dir, ec) || access(dir.c_str(), W_OK) != 0)
+      throw InputError(std::string(flag) + " " + *path, "a path in an existing writable folder",
+                       "folder '" + dir.string() + "' missing or not writable");
+    if (std::filesystem::is_directory(*path, ec))
+      throw InputError(std::string(flag) + " " + *path, "a file path", "a folder");
+  }
+}
+
+int run_program(CLI::App& app, int argc, char** argv, const std::function<int()>& body) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    std::cerr << app.get_name() << ": " << e.what() << " (see --help)\n";
+    return kExitBadInput;
+  }
+  try {
+    return body();
+  } catch (const InputError& e) {
+    std::cerr << app.get_name() << ": " << e.what() << "\n";
+    return kExitBadInput;
+  } catch (const std::bad_alloc&) {
+    std::cerr << app.get_name() << ": memory: expected the problem to fit in RAM, found it does not"
+              << " (try a smaller --seq-q/--seq-k or --no-check)\n";
+    return kExitBadInput;
+  }
+}
+
+std::string human_bytes(int64_t bytes) {
+  char buf[64];
+  const double b = double(bytes);
+  if (b >= 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024 * 1024));
+  else if (b >= 1024.0 * 1024) std::snprintf(buf, sizeof buf, "%.2f MiB", b / (1024.0 * 1024));
+  else if (b >= 1024.0) std::snprintf(buf, sizeof buf, "%.2f KiB", b / 1024.0);
+  else std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(bytes));
+  return buf;
+}
+
+namespace {
+
+nlohmann::json err_json(const ErrorStats& e) {
+  return {{"max_abs", e.max_abs}, {"max_rel", e.max_rel}, {"rel_fro", e.rel_fro},
+          {"nonfinite", e.nonfinite}};
+}
+
+std::string num(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", x);
+  return buf;
+}
+
+// "never a silent NaN": a stage output with NaN/Inf is reported on stderr as well.
+void warn_nonfinite(const std::string& prog, const char* what, const Tensor& x, bool lse) {
+  int64_t bad = 0;
+  for (float e : x.data) bad += lse ? std::isnan(e) || e == INFINITY : !std::isfinite(e);
+  if (bad)
+    std::cerr << prog << ": warning: " << what << " has " << bad << " non-finite values"
+              << " (exp overflows float32 for logits above ~88.7; stage 02 subtracts the row max)\n";
+}
+
+}  // namespace
+
+int stage_main(int argc, char** argv, const Stage& stage,
+               const std::function<void(CLI::App&)>& extra_flags) {
+  CLI::App app{stage.name + ": " + stage.idea, stage.name};
+  CliFlags f;
+  add_common_flags(app, f, bool(stage.backward));
+  if (extra_flags) extra_flags(app);
+  return run_program(app, argc, argv, [&]() -> int {
+    check_dtype(f);
+    check_output_paths(f);
+    Inputs in = make_inputs(f);
+    const bool bwd = bool(stage.backward);
+    if (bwd) add_grad_output(in, f.dO, f.seed);
+
+    ForwardRun fr = run_forward(stage.forward, in);
+    BackwardRun br;
+    if (bwd) br = run_backward(stage.backward, in, fr);
+
+    nlohmann::json j;
+    j["stage"] = stage.name;
+    j["idea"] = stage.idea;
+    j["input"] = in.source;
+    j["problem"] = {{"B", in.p.B}, {"H", in.p.H}, {"H_kv", in.p.H_kv}, {"N_q", in.p.N_q},
+                    {"N_k", in.p.N_k}, {"d", in.p.d}, {"causal", in.p.causal},
+                    {"scale", in.p.resolved_scale()}};
+    j["forward"] = {{"ms", fr.ms}, {"extra_bytes", fr.extra_bytes},
+                    {"gflops", in.p.forward_flops() / (fr.ms * 1e6)}};
+    if (bwd) j["backward"] = {{"ms", br.ms}, {"extra_bytes", br.extra_bytes},
+                              {"gflops", in.p.backward_flops() / (br.ms * 1e6)}};
+
+    std::ostringstream txt;
+    txt << stage.name << " — " << stage.idea << "\n"
+        << "  input    : " << in.source << "\n"
+        << "  problem  : " << in.p.describe() << "\n"
+        << "  forward  : " << num(fr.ms) << " ms, extra memory " << human_bytes(fr.extra_bytes)
+        << " (" << fr.extra_bytes << " bytes)\n";
+    if (bwd)
+      txt << "  backward : " << num(br.ms) << " ms, extra memory " << human_bytes(br.extra_bytes)
+          << " (" << br.extra_bytes << " bytes)\n";
+
+    if (!f.no_check) {
+      Baselines base(in, bwd);
+      const ForwardErrors e = base.compare(fr);
+      j["forward"]["errors"] = {{"O_vs_01", err_json(e.O_vs_01)},
+                                {"LSE_vs_01", err_json(e.LSE_vs_01)},
+                                {"O_vs_f64", err_json(e.O_vs_f64)},
+                                {"LSE_vs_f64", err_json(e.LSE_vs_f64)}};
+      j["max_abs_logit"] = base.max_abs_logit();
+      txt << "  max |S|  : " << num(base.max_abs_logit()) << " (largest logit magnitude)\n"
+          << "  O   vs stage 01: max abs " << num(e.O_vs_01.max_abs) << "   vs float64: max abs "
+          << num(e.O_vs_f64.max_abs) << ", rel Frobenius " << num(e.O_vs_f64.rel_fro) << "\n"
+          << "  LSE vs stage 01: max abs " << num(e.LSE_vs_01.max_abs) << "   vs float64: max abs "
+          << num(e.LSE_vs_f64.max_abs) << "\n";
+      if (bwd) {
+        const BackwardErrors b = base.compare(br);
+        j["backward"]["errors"] = {
+            {"dQ_vs_01", err_json(b.dQ_vs_01)},   {"dK_vs_01", err_json(b.dK_vs_01)},
+            {"dV_vs_01", err_json(b.dV_vs_01)},   {"dQ_vs_f64", err_json(b.dQ_vs_f64)},
+            {"dK_vs_f64", err_json(b.dK_vs_f64)}, {"dV_vs_f64", err_json(b.dV_vs_f64)}};
+        txt << "  dQ/dK/dV vs stage 01: max abs " << num(b.dQ_vs_01.max_abs) << " / "
+            << num(b.dK_vs_01.max_abs) << " / " << num(b.dV_vs_01.max_abs) << "\n"
+            << "  dQ/dK/dV vs float64 : max abs " << num(b.dQ_vs_f64.max_abs) << " / "
+            << num(b.dK_vs_f64.max_abs) << " / " << num(b.dV_vs_f64.max_abs) << "\n";
+      }
+    }
+    warn_nonfinite(stage.name, "O", fr.O, false);
+    warn_nonfinite(stage.name, "LSE", fr.LSE, true);
+    if (bwd) {
+      warn_nonfinite(stage.name, "dQ", br.dQ, false);
+      warn_nonfinite(stage.name, "dK", br.dK, false);
+      warn_nonfinite(stage.name, "dV", br.dV, false);
+    }
+    // Outputs last: every check that can fail has run, and each file is written atomically.
+    if (!f.out.empty()) write_npy(f.out, fr.O, "--out");
+    if (!f.lse.empty()) write_npy(f.lse, fr.LSE, "--lse");
+    if (bwd) {
+      if (!f.dq.empty()) write_npy(f.dq, br.dQ, "--dq");
+      if (!f.dk.empty()) write_npy(f.dk, br.dK, "--dk");
+      if (!f.dv.empty()) write_npy(f.dv, br.dV, "--dv");
+    }
+    if (f.json) std::cout << j.dump(2) << "\n";
+    else std::cout << txt.str();
+    return 0;
+  });
+}
+
+}  // namespace fa

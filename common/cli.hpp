@@ -1,0 +1,58 @@
+// The one CLI contract every stage program and the tour follow (design.md, "One CLI contract").
+//
+//   problem from flags : --batch --heads --kv-heads --seq-q --seq-k --head-dim --causal --scale --seed
+//   or from files      : --q F --k F --v F   (.npy float32, C order, [B,H,N,d] | [H,N,d] | [N,d])
+//   neither            : the default input, real Q/K/V of a pretrained transformer (data/)
+//   outputs            : --out F (O), --lse F; backward stages --do F --dq F --dk F --dv F
+//   report             : human text on stdout, --json for JSON; --no-check skips the comparisons
+//   bad input          : one line on stderr, exit code 2, no output file written
+#pragma once
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "harness.hpp"
+#include "stage.hpp"
+
+namespace fa {
+
+struct CliFlags {
+  AttnProblem p;         // from the shape flags (ignored when files are given)
+  uint64_t seed = 0;
+  std::string q, k, v;   // input files
+  std::string out, lse;  // forward outputs
+  std::string dO, dq, dk, dv;  // backward input / outputs
+  std::string dtype = "fp32";
+  bool json = false;
+  bool no_check = false;
+  CLI::Option* shape_opts[6] = {};  // to tell whether any shape flag was given
+};
+
+// Registers the contract's flags on app. `backward` adds --do/--dq/--dk/--dv.
+void add_common_flags(CLI::App& app, CliFlags& f, bool backward);
+
+// Builds the inputs the flags describe: files if --q/--k/--v, random if any shape flag, else the
+// default real input. Throws InputError.
+Inputs make_inputs(const CliFlags& f);
+
+// Throws InputError unless --dtype is one this program supports (CPU stages: fp32).
+void check_dtype(const CliFlags& f, const std::string& supported = "fp32");
+
+// Checks that each non-empty output path can be created (its folder exists and is writable), so a
+// run never fails after part of its output is written. Throws InputError naming the flag.
+void check_output_paths(const CliFlags& f);
+
+// Parses argv, runs body(), and turns errors into the contract's behaviour: InputError or a flag
+// error -> one line on stderr and exit 2; --help -> usage on stdout and exit 0.
+int run_program(CLI::App& app, int argc, char** argv, const std::function<int()>& body);
+
+// The whole main() of a stage program: flags, inputs, run, compare, report, outputs.
+// extra_flags lets a stage add its own options (e.g. block sizes) before parsing.
+int stage_main(int argc, char** argv, const Stage& stage,
+               const std::function<void(CLI::App&)>& extra_flags = {});
+
+// "3.0 MiB"-style rendering of a byte count.
+std::string human_bytes(int64_t bytes);
+
+}  // namespace fa

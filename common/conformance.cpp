@@ -1,0 +1,267 @@
+#include "conformance.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+
+#include "naive.hpp"
+#include "npy.hpp"
+#include "reference.hpp"
+#include "rng.hpp"
+
+namespace fa {
+namespace {
+
+AttnProblem make(int64_t B, int64_t H, int64_t H_kv, int64_t N_q, int64_t N_k, int64_t d,
+                 bool causal, float scale = 0.f) {
+  AttnProblem p;
+  p.B = B, p.H = H, p.H_kv = H_kv, p.N_q = N_q, p.N_k = N_k, p.d = d, p.causal = causal;
+  p.scale = scale;
+  return p;
+}
+
+std::string tag(const AttnProblem& p) {
+  return "B" + std::to_string(p.B) + " H" + std::to_string(p.H) + "/" + std::to_string(p.H_kv) +
+         " Nq" + std::to_string(p.N_q) + " Nk" + std::to_string(p.N_k) + " d" +
+         std::to_string(p.d) + (p.causal ? " causal" : "");
+}
+
+// max over visible (i, j) of |S_ij| (or of scale * sum_c |Q_ic K_jc| when `absdot`), in double.
+double max_logit(const Inputs& in, bool absdot) {
+  const AttnProblem& p = in.p;
+  const double scale = p.resolved_scale();
+  double mx = 0;
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t h = 0; h < p.H; ++h)
+      for (int64_t i = 0; i < p.N_q; ++i)
+        for (int64_t j = 0; j < p.keys_seen(i); ++j) {
+          const float* q = in.Q.ptr() + p.q_offset(b, h, i);
+          const float* k = in.K.ptr() + p.kv_offset(b, h, j);
+          double s = 0;
+          for (int64_t c = 0; c < p.d; ++c) s += absdot ? std::fabs(double(q[c]) * k[c]) : double(q[c]) * k[c];
+          mx = std::max(mx, std::fabs(scale * s));
+        }
+  return mx;
+}
+
+uint64_t hash(const std::string& s) {  // FNV-1a
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char ch : s) h = (h ^ ch) * 1099511628211ull;
+  return h;
+}
+
+}  // namespace
+
+std::vector<Case> forward_battery() {
+  std::vector<Case> cs;
+  auto add = [&](const std::string& what, AttnProblem p, Fill fill = Fill::Normal) {
+    cs.push_back({what + ": " + tag(p), p, fill});
+  };
+  // Sizes: square problems of awkward lengths (1 row, primes, block size +- 1), causal and not.
+  for (int64_t N : {1, 2, 17, 31, 33, 64, 113, 127, 128, 129, 1000})
+    for (bool causal : {false, true}) add("size", make(1, 2, 2, N, N, 64, causal));
+  // Ragged pairs N_q != N_k; with causal and N_q > N_k the first N_q - N_k rows see no key.
+  const int64_t pairs[][2] = {{1, 128},   {3, 128},   {128, 3},     {2, 5},
+                              {5, 2},     {113, 203}, {1023, 1024}, {1024, 1023}};
+  for (auto& nn : pairs)
+    for (bool causal : {false, true}) add("pair", make(1, 2, 2, nn[0], nn[1], 32, causal));
+  // Head dims, with the high dimensions carrying the signal so truncation shows.
+  for (int64_t d : {1, 16, 32, 63, 64, 80, 128}) {
+    add("head dim", make(1, 2, 2, 77, 77, d, false), Fill::HighDims);
+    add("head dim", make(1, 1, 1, 45, 61, d, true), Fill::HighDims);
+  }
+  // Batch and heads: rows must not bleed between batches or heads.
+  add("batch", make(3, 4, 4, 50, 50, 32, false));
+  add("batch", make(2, 3, 3, 41, 29, 16, true));
+  // GQA / MQA: H = 8 query heads over H_kv in {1, 2, 8} (h reads kv head h / (H / H_kv)).
+  for (int64_t hkv : {1, 2, 8})
+    for (bool causal : {false, true}) add("gqa", make(2, 8, hkv, 33, 47, 32, causal));
+  // Fully masked rows in a bigger problem (causal, N_q > N_k).
+  add("masked rows", make(2, 2, 1, 200, 64, 32, true));
+  // Value ranges: logits reaching +-30 and +-100 (stage 01 overflows on the latter).
+  for (bool causal : {false, true}) {
+    add("logits 30", make(1, 2, 2, 128, 128, 64, causal), Fill::Logits30);
+    add("logits 100", make(1, 2, 2, 128, 128, 64, causal), Fill::Logits100);
+  }
+  add("logits 100", make(1, 2, 1, 37, 300, 64, false), Fill::Logits100);
+  // Non-default scales.
+  for (float s : {1.0f, 0.01f, 2.0f}) {
+    add("scale " + std::to_string(s), make(1, 2, 2, 64, 96, 16, false, s));
+    add("scale " + std::to_string(s), make(1, 2, 2, 96, 64, 16, true, s));
+  }
+  // Inputs with a known exact answer.
+  add("exact N_k=1 (O = V)", make(2, 2, 2, 9, 1, 16, false));
+  add("exact equal keys (O = mean of visible V)", make(1, 2, 2, 40, 40, 16, true), Fill::EqualKeys);
+  add("exact equal keys (O = mean of visible V)", make(1, 2, 1, 30, 70, 16, false), Fill::EqualKeys);
+  add("exact V = 1 (O = 1)", make(1, 2, 2, 50, 70, 32, true), Fill::OnesV);
+  // Real inputs: all-MiniLM-L6-v2 Q/K/V (data/PROVENANCE.md). Shapes come from the files.
+  for (bool causal : {false, true}) {
+    cs.push_back({std::string("real MiniLM layer 0") + (causal ? " causal" : ""), make(1, 1, 1, 1, 1, 1, causal), Fill::RealL0});
+    cs.push_back({std::string("real MiniLM layer 5") + (causal ? " causal" : ""), make(1, 1, 1, 1, 1, 1, causal), Fill::RealL5});
+  }
+  return cs;
+}
+
+std::vector<Case> backward_battery() {
+  std::vector<Case> out;
+  for (const Case& c : forward_battery())
+    if (c.p.N_q * c.p.N_k <= 128 * 300) out.push_back(c);
+  return out;
+}
+
+Inputs case_inputs(const Case& c) {
+  Inputs in;
+  if (c.fill == Fill::RealL0 || c.fill == Fill::RealL5) {
+    const std::string dir = std::string(FA_DATA_DIR) + "/minilm_l" + (c.fill == Fill::RealL0 ? "0" : "5");
+    in = load_inputs(dir + "_q.npy", dir + "_k.npy", dir + "_v.npy", c.p.causal, c.p.scale);
+    add_grad_output(in, "", hash(c.name));
+    return in;
+  }
+  in = random_inputs(c.p, hash(c.name));
+  add_grad_output(in, "", hash(c.name));
+  const AttnProblem& p = in.p;
+  switch (c.fill) {
+    case Fill::HighDims:
+      for (Tensor* t : {&in.Q, &in.K, &in.V})
+        for (int64_t e = 0; e < t->numel(); ++e) (*t)[e] *= float(1.0 + 3.0 * double(e % p.d) / double(p.d));
+      break;
+    case Fill::Logits30:
+    case Fill::Logits100: {
+      const double target = c.fill == Fill::Logits30 ? 30.0 : 100.0;
+      const double now = max_logit(in, false);
+      for (float& x : in.Q.data) x = float(x * (target / now));
+      break;
+    }
+    case Fill::EqualKeys:  // every key row of a (b, kv head) equals its first row
+      for (int64_t r = 0; r < p.B * p.H_kv; ++r)
+        for (int64_t j = 1; j < p.N_k; ++j)
+          for (int64_t c2 = 0; c2 < p.d; ++c2)
+            in.K[(r * p.N_k + j) * p.d + c2] = in.K[r * p.N_k * p.d + c2];
+      break;
+    case Fill::OnesV:
+      in.V.data.assign(in.V.data.size(), 1.f);
+      break;
+    default:
+      break;
+  }
+  return in;
+}
+
+Fp32Bound fp32_bound(const Inputs& in) {
+  const double eps = std::numeric_limits<float>::epsilon();
+  const double A = max_logit(in, true);                   // max_ij scale * sum_c |Q_ic K_jc|
+  const double ds = eps * (A + 1.0);                      // error of one float32 logit
+  const double sums = eps * std::sqrt(double(in.p.N_k));  // of a float32 sum over the keys
+  Fp32Bound b;
+  b.O = (ds + sums) * max_abs_finite(in.V.ptr(), in.V.numel());
+  // LSE also carries the rounding of its own value (~ eps * |LSE|, with |LSE| <= A + log N_k).
+  b.LSE = ds + sums + eps * (1.0 + A + std::log(double(in.p.N_k)));
+  return b;
+}
+
+namespace {
+
+// err(stage) <= 2 * baseline + floor, element by element (fa::compare takes the max).
+void check_rule(const char* what, const ErrorStats& stage, double baseline, double floor) {
+  INFO(what << ": stage err " << stage.max_abs << " (at " << stage.worst << "), baseline "
+            << baseline << ", floor " << floor);
+  CHECK(stage.nonfinite == 0);
+  CHECK(stage.max_abs <= 2 * baseline + floor);
+}
+
+}  // namespace
+
+void check_forward_case(const ForwardFn& f, const Case& c, bool is_stage01) {
+  INFO("case: " << c.name);
+  const Inputs in = case_inputs(c);
+  const AttnProblem& p = in.p;
+  const ForwardRun run = run_forward(f, in);
+  TensorD O64, LSE64;
+  reference_forward(p, in.Q, in.K, in.V, O64, LSE64);
+  const ErrorStats eO = compare(run.O.ptr(), O64.ptr(), run.O.numel());
+  const ErrorStats eL = compare(run.LSE.ptr(), LSE64.ptr(), run.LSE.numel());
+  const Fp32Bound bound = fp32_bound(in);
+  const double maxS = max_logit(in, false);
+  const double ln_flt_max = std::log(double(std::numeric_limits<float>::max()));  // 88.72
+  const double floor_O = 4 * std::numeric_limits<float>::epsilon() * std::max(1.0, max_abs_finite(O64.ptr(), O64.numel()));
+  const double floor_L = 4 * std::numeric_limits<float>::epsilon() * std::max(1.0, max_abs_finite(LSE64.ptr(), LSE64.numel()));
+  INFO("max |S| = " << maxS << ", fp32 bound O " << bound.O << " LSE " << bound.LSE);
+
+  // Rows that see no key: O = 0 exactly, LSE = -inf (never NaN), for every stage.
+  for (int64_t r = 0; r < p.lse_elems(); ++r) {
+    if (LSE64[r] != -std::numeric_limits<double>::infinity()) continue;
+    CHECK(run.LSE[r] == -std::numeric_limits<float>::infinity());
+    for (int64_t c2 = 0; c2 < p.d; ++c2) CHECK(run.O[r * p.d + c2] == 0.f);
+  }
+
+  if (is_stage01) {
+    if (maxS > ln_flt_max) {
+      // The known failure (the lesson of stage 02): exp(S) overflows, O becomes NaN.
+      CHECK(count_nonfinite(run.O.ptr(), run.O.numel()) > 0);
+    } else if (maxS < 80) {
+      check_rule("O vs float64", eO, bound.O, floor_O);
+      check_rule("LSE vs float64", eL, bound.LSE, floor_L);
+    }
+    return;
+  }
+
+  const ForwardRun r01 = run_forward(naive::forward<float>, in);
+  const ErrorStats e01O = compare(r01.O.ptr(), O64.ptr(), r01.O.numel());
+  const ErrorStats e01L = compare(r01.LSE.ptr(), LSE64.ptr(), r01.LSE.numel());
+  const bool naive_ok = e01O.nonfinite == 0 && e01L.nonfinite == 0;
+  if (!naive_ok) CHECK(maxS > 80);  // stage 01 may only fail where its exp overflows
+  check_rule("O vs float64", eO, naive_ok ? e01O.max_abs : bound.O, floor_O);
+  check_rule("LSE vs float64", eL, naive_ok ? e01L.max_abs : bound.LSE, floor_L);
+  if (naive_ok) {  // float32 stages agree with stage 01 to ~1e-5 relative
+    const ErrorStats dO = compare(run.O.ptr(), r01.O.ptr(), run.O.numel());
+    const ErrorStats dL = compare(run.LSE.ptr(), r01.LSE.ptr(), run.LSE.numel());
+    CHECK(dO.max_abs <= 1e-5 * std::max(1.0, max_abs_finite(O64.ptr(), O64.numel())));
+    CHECK(dL.max_abs <= 1e-5 * std::max(1.0, max_abs_finite(LSE64.ptr(), LSE64.numel())));
+  }
+}
+
+void check_forward_battery(const ForwardFn& f, bool is_stage01) {
+  for (const Case& c : forward_battery()) check_forward_case(f, c, is_stage01);
+}
+
+void check_backward_battery(const BackwardFn& f, bool is_stage01) {
+  for (const Case& c : backward_battery()) {
+    INFO("case: " << c.name);
+    const Inputs in = case_inputs(c);
+    const AttnProblem& p = in.p;
+    const double maxS = max_logit(in, false);
+    if (maxS > 80) continue;  // the materialised backward of stage 01 overflows like its forward
+    // The forward output a backward consumes: stage 01's forward (float32).
+    const ForwardRun fwd = run_forward(naive::forward<float>, in);
+    const BackwardRun run = run_backward(f, in, fwd);
+    TensorD dQ64, dK64, dV64;
+    reference_backward(p, convert<double>(in.Q), convert<double>(in.K), convert<double>(in.V),
+                       convert<double>(in.dO), dQ64, dK64, dV64);
+    const BackwardRun r01 = run_backward(naive::backward<float>, in, fwd);
+    const Tensor* got[3] = {&run.dQ, &run.dK, &run.dV};
+    const Tensor* base[3] = {&r01.dQ, &r01.dK, &r01.dV};
+    const TensorD* ref[3] = {&dQ64, &dK64, &dV64};
+    const char* names[3] = {"dQ", "dK", "dV"};
+    const Fp32Bound bound = fp32_bound(in);
+    const double dOmax = max_abs_finite(in.dO.ptr(), in.dO.numel());
+    for (int t = 0; t < 3; ++t) {
+      const ErrorStats e = compare(got[t]->ptr(), ref[t]->ptr(), got[t]->numel());
+      const ErrorStats e01 = compare(base[t]->ptr(), ref[t]->ptr(), base[t]->numel());
+      const double floor = 4 * std::numeric_limits<float>::epsilon() * std::max(1.0, max_abs_finite(ref[t]->ptr(), ref[t]->numel()));
+      if (is_stage01) {
+        // The float32 estimate of fp32_bound() carried to a gradient: the relative logit and sum
+        // errors times the size of the gradient, plus times |dO| |V| (the size of dP), so that a
+        // gradient that is exactly 0 (V = 1 gives dQ = 0) still gets a rounding allowance.
+        const double rel = bound.O / std::max(1e-30, max_abs_finite(in.V.ptr(), in.V.numel()));
+        const double dP = dOmax * std::max(1.0, max_abs_finite(in.V.ptr(), in.V.numel()));
+        check_rule(names[t], e, rel * (max_abs_finite(ref[t]->ptr(), ref[t]->numel()) + dP), floor);
+      } else {
+        check_rule(names[t], e, e01.max_abs, floor);
+      }
+    }
+  }
+}
+
+}  // namespace fa

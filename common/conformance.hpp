@@ -1,0 +1,70 @@
+// The conformance battery: one list of attention problems that every stage runs, and the rule
+// that judges a stage on each of them (design.md, "How correctness is proven").
+//
+// The rule (as FlashAttention's own test-suite uses it): for every output X in {O, LSE},
+//   err(stage) <= 2 * err(stage 01 in float32) + floor,     err = max_i |X_i - X_i(float64)|
+// and, for float32 CPU stages, max_i |X_i - X_i(stage 01)| <= 1e-5 * max(1, max|X(float64)|).
+// NaN never passes; outputs are poisoned with NaN before every run. Rows that see no key must give
+// O = 0 exactly and LSE = -inf. Where stage 01 itself overflows (logits above ~88.7, its known
+// failure), its error is infinite and the float32 error bound fp32_bound() stands in for it.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "harness.hpp"
+#include "stage.hpp"
+
+namespace fa {
+
+// How a case's Q, K, V are made.
+enum class Fill {
+  Normal,     // every element normal(0, 1)
+  HighDims,   // normal, with element c of each row scaled by (1 + 3c/d): the last dims dominate,
+              // so a kernel that drops or truncates high dimensions fails
+  Logits30,   // normal, with Q rescaled so that max |S_ij| is exactly 30
+  Logits100,  // ... exactly 100: exp overflows float32 (stage 01's known failure)
+  EqualKeys,  // every key row equal: all scores tie, O_i = mean of the visible V rows,
+              // LSE_i = s + log(count)
+  OnesV,      // V all ones: O = 1 for every row that sees a key
+  RealL0,     // all-MiniLM-L6-v2 layer 0 Q/K/V (data/), the problem's flags give causal only
+  RealL5,     // all-MiniLM-L6-v2 layer 5 Q/K/V
+};
+
+struct Case {
+  std::string name;
+  AttnProblem p;
+  Fill fill = Fill::Normal;
+};
+
+// The forward battery (~90 cases: sizes, ragged pairs, head dims, masks, GQA, batch, logit
+// ranges, scales, exact answers, real-model inputs).
+std::vector<Case> forward_battery();
+// The subset used for backward stages (problems small enough for the materialised backward).
+std::vector<Case> backward_battery();
+
+// Inputs of a case, deterministic (the seed is a hash of the case name). dO is always filled.
+Inputs case_inputs(const Case& c);
+
+// A first-order estimate of the float32 error of attention on this input (eps = 2^-23):
+//   one logit  : eps * (A + 1), A = max_ij scale * sum_c |Q_ic K_jc| (rounding of the dot product)
+//   one sum    : eps * sqrt(N_k) (a sum over the keys, errors of random sign)
+//   O          : (logit + sum) * max|V|;   LSE: logit + sum + eps * (1 + A + log N_k)
+// Stage 01 is held to twice this (its measured errors sit at 0.01x-0.8x of it across the
+// battery), and where stage 01 overflows, this estimate stands in for its error.
+struct Fp32Bound {
+  double O = 0, LSE = 0;
+};
+Fp32Bound fp32_bound(const Inputs& in);
+
+// Runs forward `f` on every case of the battery and CHECKs the rule above (doctest assertions;
+// call it from inside a TEST_CASE). is_stage01 = true checks stage 01 itself: against float64 with
+// the float32 bound, and, where logits exceed ln(FLT_MAX), that it overflows (the known failure).
+void check_forward_battery(const ForwardFn& f, bool is_stage01 = false);
+// One case (used by the battery and by stage-specific tests).
+void check_forward_case(const ForwardFn& f, const Case& c, bool is_stage01 = false);
+
+// Same for a backward: dQ, dK, dV against the float64 reference backward, with stage 01's backward
+// error as the baseline.
+void check_backward_battery(const BackwardFn& f, bool is_stage01 = false);
+
+}  // namespace fa

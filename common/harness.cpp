@@ -1,0 +1,192 @@
+#include "harness.hpp"
+
+#include <cmath>
+#include <filesystem>
+
+#include "errors.hpp"
+#include "memtrack.hpp"
+#include "naive.hpp"
+#include "npy.hpp"
+#include "reference.hpp"
+#include "rng.hpp"
+#include "timer.hpp"
+
+#ifndef FA_DATA_DIR
+#define FA_DATA_DIR "data"
+#endif
+
+namespace fa {
+
+std::string default_data_dir() {
+  if (const char* env = std::getenv("FA_DATA_DIR")) return env;
+  return FA_DATA_DIR;
+}
+
+Inputs default_inputs(bool causal, float scale) {
+  const std::string dir = default_data_dir();
+  Inputs in = load_inputs(dir + "/minilm_l5_q.npy", dir + "/minilm_l5_k.npy",
+                          dir + "/minilm_l5_v.npy", causal, scale);
+  in.source = "all-MiniLM-L6-v2 layer 5 Q/K/V of the Gettysburg Address (" + dir + ")";
+  return in;
+}
+
+void check_finite(const Tensor& x, const std::string& arg) {
+  for (int64_t i = 0; i < x.numel(); ++i)
+    if (!std::isfinite(x[i]))
+      throw InputError(arg, "finite values", std::string(std::isnan(x[i]) ? "NaN" : "Inf") +
+                                                  " at flat index " + std::to_string(i));
+}
+
+namespace {
+// [N,d] -> [1,1,N,d], [H,N,d] -> [1,H,N,d], [B,H,N,d] unchanged; other ranks are an error.
+void to_bhnd(Tensor& x, const std::string& arg) {
+  const size_t r = x.shape.size();
+  if (r < 2 || r > 4)
+    throw InputError(arg, "a tensor of rank 2, 3 or 4 ([N,d], [H,N,d] or [B,H,N,d])",
+                     "shape " + shape_str(x.shape));
+  while (x.shape.size() < 4) x.shape.insert(x.shape.begin(), 1);
+  for (int64_t e : x.shape)
+    if (e < 1) throw InputError(arg, "no empty dimension", "shape " + shape_str(x.shape));
+}
+}  // namespace
+
+Inputs load_inputs(const std::string& q, const std::string& k, const std::string& v, bool causal,
+                   float scale) {
+  Inputs in;
+  in.Q = read_npy(q, "--q");
+  in.K = read_npy(k, "--k");
+  in.V = read_npy(v, "--v");
+  to_bhnd(in.Q, "--q");
+  to_bhnd(in.K, "--k");
+  to_bhnd(in.V, "--v");
+  const auto &sq = in.Q.shape, &sk = in.K.shape, &sv = in.V.shape;
+  if (sv != sk) throw InputError("--v", "the shape of --k " + shape_str(sk), shape_str(sv));
+  if (sq[3] != sk[3])
+    throw InputError("--q", "head dim " + std::to_string(sk[3]) + " (the last dim of --k)",
+                     "shape " + shape_str(sq));
+  if (sq[0] != sk[0])
+    throw InputError("--q", "batch " + std::to_string(sk[0]) + " (the first dim of --k)",
+                     "shape " + shape_str(sq));
+  if (sq[1] % sk[1] != 0)
+    throw InputError("--k", "a head count dividing the " + std::to_string(sq[1]) + " heads of --q",
+                     "shape " + shape_str(sk));
+  check_finite(in.Q, "--q " + q);
+  check_finite(in.K, "--k " + k);
+  check_finite(in.V, "--v " + v);
+  in.p.B = sq[0];
+  in.p.H = sq[1];
+  in.p.N_q = sq[2];
+  in.p.d = sq[3];
+  in.p.H_kv = sk[1];
+  in.p.N_k = sk[2];
+  in.p.causal = causal;
+  in.p.scale = scale;
+  validate(in.p);
+  in.source = q + ", " + k + ", " + v;
+  return in;
+}
+
+Inputs random_inputs(const AttnProblem& p, uint64_t seed) {
+  validate(p);
+  Inputs in;
+  in.p = p;
+  in.Q = Tensor({p.B, p.H, p.N_q, p.d});
+  in.K = Tensor({p.B, p.H_kv, p.N_k, p.d});
+  in.V = Tensor({p.B, p.H_kv, p.N_k, p.d});
+  Rng rng(seed);
+  rng.fill_normal(in.Q);
+  rng.fill_normal(in.K);
+  rng.fill_normal(in.V);
+  in.source = "random normal(0,1), seed " + std::to_string(seed);
+  return in;
+}
+
+void add_grad_output(Inputs& in, const std::string& path, uint64_t seed) {
+  if (!path.empty()) {
+    in.dO = read_npy(path, "--do");
+    to_bhnd(in.dO, "--do");
+    if (in.dO.shape != in.Q.shape)
+      throw InputError("--do " + path, "the shape of Q " + shape_str(in.Q.shape),
+                       shape_str(in.dO.shape));
+    check_finite(in.dO, "--do " + path);
+    return;
+  }
+  in.dO = Tensor(in.Q.shape);
+  Rng rng(seed ^ 0x9e3779b97f4a7c15ull);
+  rng.fill_normal(in.dO);
+}
+
+ForwardRun run_forward(const ForwardFn& f, const Inputs& in) {
+  ForwardRun r;
+  r.O = Tensor({in.p.B, in.p.H, in.p.N_q, in.p.d});
+  r.LSE = Tensor({in.p.B, in.p.H, in.p.N_q});
+  r.O.poison();
+  r.LSE.poison();
+  ExtraMemory mem;
+  Timer t;
+  f(in.p, in.Q.ptr(), in.K.ptr(), in.V.ptr(), r.O.ptr(), r.LSE.ptr());
+  r.ms = t.ms();
+  r.extra_bytes = mem.peak_bytes();
+  return r;
+}
+
+BackwardRun run_backward(const BackwardFn& f, const Inputs& in, const ForwardRun& fwd) {
+  BackwardRun r;
+  r.dQ = Tensor(in.Q.shape);
+  r.dK = Tensor(in.K.shape);
+  r.dV = Tensor(in.V.shape);
+  r.dQ.poison();
+  r.dK.poison();
+  r.dV.poison();
+  ExtraMemory mem;
+  Timer t;
+  f(in.p, in.Q.ptr(), in.K.ptr(), in.V.ptr(), fwd.O.ptr(), in.dO.ptr(), fwd.LSE.ptr(), r.dQ.ptr(),
+    r.dK.ptr(), r.dV.ptr());
+  r.ms = t.ms();
+  r.extra_bytes = mem.peak_bytes();
+  return r;
+}
+
+Baselines::Baselines(const Inputs& in, bool with_backward) {
+  naive_ = run_forward(naive::forward<float>, in);
+  reference_forward(in.p, in.Q, in.K, in.V, O64_, LSE64_);
+  if (with_backward) {
+    naive_bwd_ = run_backward(naive::backward<float>, in, naive_);
+    reference_backward(in.p, convert<double>(in.Q), convert<double>(in.K), convert<double>(in.V),
+                       convert<double>(in.dO), dQ64_, dK64_, dV64_);
+  }
+  const AttnProblem& p = in.p;
+  const double scale = p.resolved_scale();
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t h = 0; h < p.H; ++h)
+      for (int64_t i = 0; i < p.N_q; ++i)
+        for (int64_t j = 0; j < p.keys_seen(i); ++j) {
+          const float* q = in.Q.ptr() + p.q_offset(b, h, i);
+          const float* k = in.K.ptr() + p.kv_offset(b, h, j);
+          double s = 0;
+          for (int64_t c = 0; c < p.d; ++c) s += double(q[c]) * k[c];
+          max_abs_logit_ = std::max(max_abs_logit_, std::fabs(scale * s));
+        }
+}
+
+ForwardErrors Baselines::compare(const ForwardRun& r) const {
+  ForwardErrors e;
+  e.O_vs_01 = fa::compare(r.O.ptr(), naive_.O.ptr(), r.O.numel());
+  e.LSE_vs_01 = fa::compare(r.LSE.ptr(), naive_.LSE.ptr(), r.LSE.numel());
+  e.O_vs_f64 = fa::compare(r.O.ptr(), O64_.ptr(), r.O.numel());
+  e.LSE_vs_f64 = fa::compare(r.LSE.ptr(), LSE64_.ptr(), r.LSE.numel());
+  return e;
+}
+
+BackwardErrors Baselines::compare(const BackwardRun& r) const {
+  BackwardErrors e;
+  e.dQ_vs_01 = fa::compare(r.dQ.ptr(), naive_bwd_.dQ.ptr(), r.dQ.numel());
+  e.dK_vs_01 = fa::compare(r.dK.ptr(), naive_bwd_.dK.ptr(), r.dK.numel());
+  e.dV_vs_01 = fa::compare(r.dV.ptr(), naive_bwd_.dV.ptr(), r.dV.numel());
+  e.dQ_vs_f64 = fa::compare(r.dQ.ptr(), dQ64_.ptr(), r.dQ.numel());
+  e.dK_vs_f64 = fa::compare(r.dK.ptr(), dK64_.ptr(), r.dK.numel());
+  e.dV_vs_f64 = fa::compare(r.dV.ptr(), dV64_.ptr(), r.dV.numel());
+  return e;
+}
+
+}  // namespace fa

@@ -1,0 +1,81 @@
+// Inputs, one timed and memory-measured run of a stage, and its comparison with stage 01 and with
+// the float64 reference. Used by every stage program and by the tour.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "metrics.hpp"
+#include "problem.hpp"
+#include "stage.hpp"
+#include "tensor.hpp"
+
+namespace fa {
+
+struct Inputs {
+  AttnProblem p;
+  Tensor Q, K, V;  // [B,H,N_q,d], [B,H_kv,N_k,d], [B,H_kv,N_k,d]
+  Tensor dO;       // [B,H,N_q,d]; empty unless a backward will run
+  std::string source;  // "random (seed 0)" or the file names
+};
+
+// Where the default input (real Q/K/V from a pretrained transformer, see data/PROVENANCE.md) lives.
+std::string default_data_dir();
+// The default input: data/minilm_l5_{q,k,v}.npy. Throws InputError if the files are missing.
+Inputs default_inputs(bool causal, float scale);
+
+// Load Q, K, V from .npy files (float32, C order; [B,H,N,d], [H,N,d] or [N,d]) and check that they
+// form one problem: same B, K and V of one shape, one d, H % H_kv == 0, no NaN/Inf.
+// Throws InputError naming the flag (--q, --k, --v) on any violation.
+Inputs load_inputs(const std::string& q, const std::string& k, const std::string& v, bool causal,
+                   float scale);
+
+// Random inputs: every element normal(0, 1), from the seed (common/rng.hpp).
+Inputs random_inputs(const AttnProblem& p, uint64_t seed);
+
+// Adds dO: from a file (shape must equal Q's; InputError on mismatch or NaN) or normal(0, 1).
+void add_grad_output(Inputs& in, const std::string& path, uint64_t seed);
+
+// Throws InputError(arg, "finite values", ...) if x holds a NaN or an infinity.
+void check_finite(const Tensor& x, const std::string& arg);
+
+struct ForwardRun {
+  Tensor O, LSE;
+  double ms = 0;              // wall time of the stage call (milliseconds)
+  int64_t extra_bytes = 0;    // peak heap bytes above inputs and outputs during the call
+};
+struct BackwardRun {
+  Tensor dQ, dK, dV;
+  double ms = 0;
+  int64_t extra_bytes = 0;
+};
+
+// Run once. Outputs are poisoned with NaN before the call, so unwritten elements show.
+ForwardRun run_forward(const ForwardFn& f, const Inputs& in);
+BackwardRun run_backward(const BackwardFn& f, const Inputs& in, const ForwardRun& fwd);
+
+// Errors of one run against stage 01 (float32) and against float64.
+struct ForwardErrors {
+  ErrorStats O_vs_01, LSE_vs_01, O_vs_f64, LSE_vs_f64;
+};
+struct BackwardErrors {
+  ErrorStats dQ_vs_01, dK_vs_01, dV_vs_01, dQ_vs_f64, dK_vs_f64, dV_vs_f64;
+};
+
+// Computes the baselines once (stage 01 in float32 and the float64 reference) and compares runs
+// against them.
+class Baselines {
+ public:
+  explicit Baselines(const Inputs& in, bool with_backward);
+  ForwardErrors compare(const ForwardRun& r) const;
+  BackwardErrors compare(const BackwardRun& r) const;
+  double max_abs_logit() const { return max_abs_logit_; }  // max |S_ij| over visible entries
+
+ private:
+  ForwardRun naive_;
+  BackwardRun naive_bwd_;
+  TensorD O64_, LSE64_, dQ64_, dK64_, dV64_;
+  double max_abs_logit_ = 0;
+};
+
+}  // namespace fa

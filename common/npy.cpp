@@ -1,0 +1,115 @@
+#include "npy.hpp"
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "errors.hpp"
+
+namespace fa {
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+Tensor read_npy(const std::string& path, const std::string& arg) {
+  const std::string who = arg + " " + path;
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw InputError(who, "a readable .npy file", "a file that cannot be opened");
+  char magic[8] = {};
+  f.read(magic, 8);
+  if (!f || std::memcmp(magic, "\x93NUMPY", 6) != 0)
+    throw InputError(who, "a .npy file (magic \\x93NUMPY)", "other bytes");
+  const int major = static_cast<unsigned char>(magic[6]);
+  uint32_t header_len = 0;
+  if (major == 1) {
+    unsigned char b[2];
+    f.read(reinterpret_cast<char*>(b), 2);
+    header_len = b[0] | (b[1] << 8);
+  } else if (major == 2 || major == 3) {
+    unsigned char b[4];
+    f.read(reinterpret_cast<char*>(b), 4);
+    header_len = b[0] | (b[1] << 8) | (b[2] << 16) | (uint32_t(b[3]) << 24);
+  } else {
+    throw InputError(who, ".npy format version 1, 2 or 3", "version " + std::to_string(major));
+  }
+  if (!f || header_len > (1u << 20)) throw InputError(who, "a .npy header", "a truncated file");
+  std::string header(header_len, '\0');
+  f.read(header.data(), header_len);
+  if (!f) throw InputError(who, "a .npy header", "a truncated file");
+
+  // The header is a Python dict literal: {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }
+  std::smatch m;
+  if (!std::regex_search(header, m, std::regex(R"('descr'\s*:\s*'([^']*)')")))
+    throw InputError(who, "a .npy header with 'descr'", "none");
+  const std::string descr = m[1];
+  if (descr != "<f4" && descr != "=f4")
+    throw InputError(who, "dtype float32 ('<f4')", "'" + descr + "'");
+  if (!std::regex_search(header, m, std::regex(R"('fortran_order'\s*:\s*(True|False))")))
+    throw InputError(who, "a .npy header with 'fortran_order'", "none");
+  if (m[1] == "True") throw InputError(who, "C order (fortran_order False)", "Fortran order");
+  if (!std::regex_search(header, m, std::regex(R"('shape'\s*:\s*\(([^)]*)\))")))
+    throw InputError(who, "a .npy header with 'shape'", "none");
+  std::vector<int64_t> shape;
+  std::stringstream dims(m[1].str());
+  std::string tok;
+  while (std::getline(dims, tok, ',')) {
+    if (tok.find_first_not_of(" \t") == std::string::npos) continue;
+    try {
+      shape.push_back(std::stoll(tok));
+    } catch (...) {
+      throw InputError(who, "integer dimensions in 'shape'", "'" + tok + "'");
+    }
+    if (shape.back() < 0) throw InputError(who, "non-negative dimensions", tok);
+  }
+  Tensor x;
+  x.shape = shape;
+  int64_t n = 1;
+  for (int64_t e : shape) {
+    if (e > 0 && n > (int64_t(1) << 40) / e) throw InputError(who, "fewer than 2^40 elements", shape_str(shape));
+    n *= e;
+  }
+  x.data.resize(size_t(n));
+  f.read(reinterpret_cast<char*>(x.data.data()), std::streamsize(n * 4));
+  if (f.gcount() != std::streamsize(n * 4))
+    throw InputError(who, std::to_string(n * 4) + " bytes of data for shape " + shape_str(shape),
+                     std::to_string(f.gcount()) + " bytes");
+  return x;
+}
+
+void write_npy(const std::string& path, const Tensor& x, const std::string& arg) {
+  std::string shape = "(";
+  for (size_t i = 0; i < x.shape.size(); ++i) shape += std::to_string(x.shape[i]) + ", ";
+  if (x.shape.size() > 1) shape.resize(shape.size() - 2);
+  else if (x.shape.size() == 1) shape.resize(shape.size() - 1);  // "(5,)" for rank 1
+  shape += ")";
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape + ", }";
+  // Pad so magic(6) + version(2) + length(2) + header + '\n' is a multiple of 64 (the spec's rule).
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) throw InputError(arg + " " + path, "a writable path", "one that cannot be opened");
+    const unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0,
+                                   static_cast<unsigned char>(header.size() & 0xff),
+                                   static_cast<unsigned char>(header.size() >> 8)};
+    f.write(reinterpret_cast<const char*>(pre), 10);
+    f.write(header.data(), std::streamsize(header.size()));
+    f.write(reinterpret_cast<const char*>(x.data.data()), std::streamsize(x.data.size() * 4));
+    if (!f) {
+      std::remove(tmp.c_str());
+      throw InputError(arg + " " + path, "a writable path", "a write error");
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw InputError(arg + " " + path, "a writable path", "a rename error");
+  }
+}
+
+}  // namespace fa

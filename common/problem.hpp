@@ -1,0 +1,71 @@
+// The attention problem every stage solves, and the index arithmetic they all share.
+//
+// Layout (design.md, "Semantics every stage shares"): every tensor is row-major and contiguous.
+//   Q, O       : [B, H,    N_q, d]
+//   K, V       : [B, H_kv, N_k, d]      (H % H_kv == 0: GQA/MQA; H_kv == H: plain multi-head)
+//   LSE        : [B, H,    N_q]         (natural log, -inf for a row that sees no key)
+// Query head h reads key/value head h / (H / H_kv) (PyTorch's `enable_gqa` convention).
+// causal is bottom-right aligned: query i sees key j iff j <= i + N_k - N_q
+// (FlashAttention >= 2.1, PyTorch `causal_lower_right`). It equals PyTorch's `is_causal=True`
+// (top-left, j <= i) only when N_q == N_k.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+namespace fa {
+
+struct AttnProblem {
+  int64_t B = 1;     // batch
+  int64_t H = 1;     // query heads
+  int64_t H_kv = 1;  // key/value heads
+  int64_t N_q = 1;   // query rows
+  int64_t N_k = 1;   // key/value rows
+  int64_t d = 64;    // head dimension
+  bool causal = false;
+  float scale = 0.f;  // softmax scale; 0 means "not set": use 1/sqrt(d) (see resolved_scale())
+
+  // The scale actually applied: S = scale * Q K^T.
+  float resolved_scale() const { return scale != 0.f ? scale : 1.f / std::sqrt(float(d)); }
+
+  // Element counts of the tensors above.
+  int64_t q_elems() const { return B * H * N_q * d; }
+  int64_t kv_elems() const { return B * H_kv * N_k * d; }
+  int64_t lse_elems() const { return B * H * N_q; }
+
+  // Key/value head read by query head h (GQA: H / H_kv query heads share one kv head).
+  int64_t kv_head(int64_t h) const { return h / (H / H_kv); }
+
+  // Offset (elements) of row i of Q or O for batch b, query head h.
+  int64_t q_offset(int64_t b, int64_t h, int64_t i) const { return ((b * H + h) * N_q + i) * d; }
+  // Offset (elements) of row j of K or V seen by query head h (the GQA mapping is applied here).
+  int64_t kv_offset(int64_t b, int64_t h, int64_t j) const {
+    return ((b * H_kv + kv_head(h)) * N_k + j) * d;
+  }
+  // Offset (elements) of LSE[b, h, i].
+  int64_t lse_offset(int64_t b, int64_t h, int64_t i) const { return (b * H + h) * N_q + i; }
+
+  // Does query row i see key row j? Bottom-right aligned causal mask (see top of file).
+  bool visible(int64_t i, int64_t j) const { return !causal || j <= i + N_k - N_q; }
+  // Number of leading keys query row i sees (keys 0 .. last_key(i)-1); 0 for a fully masked row.
+  int64_t keys_seen(int64_t i) const {
+    if (!causal) return N_k;
+    const int64_t n = i + N_k - N_q + 1;
+    return n < 0 ? 0 : (n > N_k ? N_k : n);
+  }
+
+  // FLOPs by the FlashAttention convention: forward 4 * B * H * N_q * N_k * d (two GEMMs of
+  // 2*N_q*N_k*d each), halved for causal; backward is 2.5x the forward (5 GEMMs instead of 2).
+  double forward_flops() const {
+    return 4.0 * double(B) * H * N_q * N_k * d * (causal ? 0.5 : 1.0);
+  }
+  double backward_flops() const { return 2.5 * forward_flops(); }
+
+  std::string describe() const;  // "B=1 H=12 H_kv=12 N_q=256 N_k=256 d=32 causal=0 scale=0.1768"
+};
+
+// Throws InputError (common/errors.hpp) naming the offending field if the problem is not valid:
+// every size >= 1, H % H_kv == 0, scale finite and > 0 when set.
+void validate(const AttnProblem& p);
+
+}  // namespace fa

@@ -1,0 +1,120 @@
+#include "reference.hpp"
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace fa {
+namespace {
+
+// One (b, h) pair at a time, with plain index arithmetic written out here on purpose (no helper
+// shared with the stages), so a bug in problem.hpp cannot hide in both.
+template <class In>
+void forward_impl(const AttnProblem& p, const In* Q, const In* K, const In* V, double* O,
+                  double* LSE) {
+  const int64_t B = p.B, H = p.H, Hkv = p.H_kv, Nq = p.N_q, Nk = p.N_k, d = p.d;
+  const double scale = p.scale != 0.f ? double(p.scale) : 1.0 / std::sqrt(double(d));
+  const int64_t group = H / Hkv;
+  std::vector<double> s(static_cast<size_t>(Nk));
+  std::vector<char> seen(static_cast<size_t>(Nk));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t hk = h / group;
+      for (int64_t i = 0; i < Nq; ++i) {
+        const In* q = Q + ((b * H + h) * Nq + i) * d;
+        double mx = -std::numeric_limits<double>::infinity();
+        for (int64_t j = 0; j < Nk; ++j) {
+          seen[j] = !p.causal || (j - i <= Nk - Nq);  // bottom-right aligned causal
+          if (!seen[j]) continue;
+          const In* k = K + ((b * Hkv + hk) * Nk + j) * d;
+          double acc = 0;
+          for (int64_t c = 0; c < d; ++c) acc += double(q[c]) * double(k[c]);
+          s[j] = scale * acc;
+          mx = std::max(mx, s[j]);
+        }
+        double* o = O + ((b * H + h) * Nq + i) * d;
+        for (int64_t c = 0; c < d; ++c) o[c] = 0;
+        double& lse = LSE[(b * H + h) * Nq + i];
+        if (mx == -std::numeric_limits<double>::infinity()) {  // no visible key
+          lse = -std::numeric_limits<double>::infinity();
+          continue;
+        }
+        double sum = 0;
+        for (int64_t j = 0; j < Nk; ++j)
+          if (seen[j]) sum += std::exp(s[j] - mx);
+        for (int64_t j = 0; j < Nk; ++j) {
+          if (!seen[j]) continue;
+          const double pj = std::exp(s[j] - mx) / sum;
+          const In* v = V + ((b * Hkv + hk) * Nk + j) * d;
+          for (int64_t c = 0; c < d; ++c) o[c] += pj * double(v[c]);
+        }
+        lse = mx + std::log(sum);
+      }
+    }
+}
+
+}  // namespace
+
+void reference_forward(const AttnProblem& p, const Tensor& Q, const Tensor& K, const Tensor& V,
+                       TensorD& O, TensorD& LSE) {
+  O = TensorD({p.B, p.H, p.N_q, p.d});
+  LSE = TensorD({p.B, p.H, p.N_q});
+  forward_impl(p, Q.ptr(), K.ptr(), V.ptr(), O.ptr(), LSE.ptr());
+}
+
+void reference_forward(const AttnProblem& p, const TensorD& Q, const TensorD& K, const TensorD& V,
+                       TensorD& O, TensorD& LSE) {
+  O = TensorD({p.B, p.H, p.N_q, p.d});
+  LSE = TensorD({p.B, p.H, p.N_q});
+  forward_impl(p, Q.ptr(), K.ptr(), V.ptr(), O.ptr(), LSE.ptr());
+}
+
+void reference_backward(const AttnProblem& p, const TensorD& Q, const TensorD& K,
+                        const TensorD& V, const TensorD& dO, TensorD& dQ, TensorD& dK,
+                        TensorD& dV) {
+  const int64_t B = p.B, H = p.H, Hkv = p.H_kv, Nq = p.N_q, Nk = p.N_k, d = p.d;
+  const double scale = p.scale != 0.f ? double(p.scale) : 1.0 / std::sqrt(double(d));
+  const int64_t group = H / Hkv;
+  TensorD O, LSE;
+  reference_forward(p, Q, K, V, O, LSE);
+  dQ = TensorD({B, H, Nq, d});
+  dK = TensorD({B, Hkv, Nk, d});
+  dV = TensorD({B, Hkv, Nk, d});
+  std::vector<double> P(static_cast<size_t>(Nk)), dP(static_cast<size_t>(Nk));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t hk = h / group;
+      for (int64_t i = 0; i < Nq; ++i) {
+        const int64_t qi = ((b * H + h) * Nq + i) * d;
+        const double lse = LSE[(b * H + h) * Nq + i];
+        if (lse == -std::numeric_limits<double>::infinity()) continue;  // row sees nothing
+        double D = 0;  // D_i = dO_i . O_i
+        for (int64_t c = 0; c < d; ++c) D += dO[qi + c] * O[qi + c];
+        for (int64_t j = 0; j < Nk; ++j) {
+          P[j] = 0;
+          dP[j] = 0;
+          if (p.causal && j - i > Nk - Nq) continue;
+          const int64_t kj = ((b * Hkv + hk) * Nk + j) * d;
+          double s = 0, dp = 0;
+          for (int64_t c = 0; c < d; ++c) {
+            s += Q[qi + c] * K[kj + c];
+            dp += dO[qi + c] * V[kj + c];
+          }
+          P[j] = std::exp(scale * s - lse);
+          dP[j] = dp;
+        }
+        for (int64_t j = 0; j < Nk; ++j) {
+          if (P[j] == 0) continue;
+          const int64_t kj = ((b * Hkv + hk) * Nk + j) * d;
+          const double dS = P[j] * (dP[j] - D);
+          for (int64_t c = 0; c < d; ++c) {
+            dV[kj + c] += P[j] * dO[qi + c];
+            dQ[qi + c] += scale * dS * K[kj + c];
+            dK[kj + c] += scale * dS * Q[qi + c];
+          }
+        }
+      }
+    }
+}
+
+}  // namespace fa

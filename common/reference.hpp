@@ -1,0 +1,30 @@
+// The float64 reference: attention written as plainly as possible, in double precision, from the
+// definitions alone. Every stage is judged against it. It shares no code with the stages: it
+// builds the causal mask from the documented rule itself (query i sees key j iff
+// j <= i + N_k - N_q) and maps query head h to kv head h / (H / H_kv) itself.
+#pragma once
+#include "problem.hpp"
+#include "tensor.hpp"
+
+namespace fa {
+
+// Forward: S = scale * Q K^T (masked entries excluded), P = softmax(S) row-wise, O = P V,
+// LSE = log(sum_j exp(S_ij)) (natural log). Rows that see no key: O = 0, LSE = -inf.
+// Shapes: Q [B,H,N_q,d], K/V [B,H_kv,N_k,d] (float32 inputs, widened to double);
+// O [B,H,N_q,d] and LSE [B,H,N_q] are resized by the call.
+void reference_forward(const AttnProblem& p, const Tensor& Q, const Tensor& K, const Tensor& V,
+                       TensorD& O, TensorD& LSE);
+// The same in double inputs (used by finite-difference checks).
+void reference_forward(const AttnProblem& p, const TensorD& Q, const TensorD& K, const TensorD& V,
+                       TensorD& O, TensorD& LSE);
+
+// Backward of O = softmax(scale Q K^T) V for the upstream gradient dO (shape of O), in float64:
+// dV = P^T dO, dP = dO V^T, D_i = sum_c dO_ic O_ic, dS = P * (dP - D), dQ = scale dS K,
+// dK = scale dS^T Q (Dao et al. 2022, Appendix B.2, eqs. for the standard backward).
+// GQA: dK and dV of a kv head sum the contributions of every query head that reads it.
+// dQ [B,H,N_q,d], dK/dV [B,H_kv,N_k,d] are resized by the call.
+void reference_backward(const AttnProblem& p, const TensorD& Q, const TensorD& K,
+                        const TensorD& V, const TensorD& dO, TensorD& dQ, TensorD& dK,
+                        TensorD& dV);
+
+}  // namespace fa

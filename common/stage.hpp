@@ -1,0 +1,27 @@
+// One signature for every stage (the gau-nernst idea): the test battery, the stage programs, the
+// tour and the benchmarks are written once against these types.
+#pragma once
+#include <functional>
+#include <string>
+
+#include "problem.hpp"
+
+namespace fa {
+
+// Forward: reads Q [B,H,N_q,d], K and V [B,H_kv,N_k,d]; writes O [B,H,N_q,d] and LSE [B,H,N_q].
+using ForwardFn = std::function<void(const AttnProblem&, const float* Q, const float* K,
+                                     const float* V, float* O, float* LSE)>;
+// Backward: reads Q, K, V, O, dO (shape of O) and LSE; writes dQ (shape of Q), dK and dV (shape
+// of K).
+using BackwardFn = std::function<void(const AttnProblem&, const float* Q, const float* K,
+                                      const float* V, const float* O, const float* dO,
+                                      const float* LSE, float* dQ, float* dK, float* dV)>;
+
+struct Stage {
+  std::string name;    // the program's name, e.g. "01_naive"
+  std::string idea;    // the one new idea, a short line for the tour's table
+  ForwardFn forward;   // always set
+  BackwardFn backward; // empty if the stage has no backward
+};
+
+}  // namespace fa

@@ -1,0 +1,168 @@
+// Tests of the plumbing: .npy I/O, the float64 reference (known answers, finite differences), the
+// error metric's NaN handling, the memory accounting, the GQA/causal index helpers.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <vector>
+
+#include "errors.hpp"
+#include "harness.hpp"
+#include "memtrack.hpp"
+#include "metrics.hpp"
+#include "npy.hpp"
+#include "reference.hpp"
+#include "rng.hpp"
+
+namespace fs = std::filesystem;
+
+TEST_CASE("npy: write then read gives the same shape and bits; rank 1 and 4") {
+  const fs::path dir = fs::temp_directory_path() / "fa_test_npy";
+  fs::create_directories(dir);
+  fa::Rng rng(3);
+  for (auto shape : {std::vector<int64_t>{5}, std::vector<int64_t>{2, 3, 4, 7}}) {
+    fa::Tensor x(shape);
+    rng.fill_normal(x);
+    const std::string path = (dir / "x.npy").string();
+    fa::write_npy(path, x, "x");
+    const fa::Tensor y = fa::read_npy(path, "x");
+    CHECK(y.shape == x.shape);
+    CHECK(y.data == x.data);
+  }
+  CHECK_THROWS_AS(fa::read_npy((dir / "none.npy").string(), "--q"), fa::InputError);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("reference: inputs with known exact answers") {
+  fa::Rng rng(11);
+  SUBCASE("N_k = 1: O = V, LSE = s") {
+    fa::AttnProblem p;
+    p.H = 2, p.H_kv = 1, p.N_q = 4, p.N_k = 1, p.d = 3;
+    fa::Tensor Q({1, 2, 4, 3}), K({1, 1, 1, 3}), V({1, 1, 1, 3});
+    rng.fill_normal(Q), rng.fill_normal(K), rng.fill_normal(V);
+    fa::TensorD O, LSE;
+    fa::reference_forward(p, Q, K, V, O, LSE);
+    for (int64_t r = 0; r < 8; ++r) {
+      double s = 0;
+      for (int c = 0; c < 3; ++c) s += double(Q[r * 3 + c]) * K[c];
+      CHECK(LSE[r] == doctest::Approx(s / std::sqrt(3.0)).epsilon(1e-14));
+      for (int c = 0; c < 3; ++c) CHECK(O[r * 3 + c] == doctest::Approx(V[c]).epsilon(1e-14));
+    }
+  }
+  SUBCASE("equal keys, causal bottom-right: O_i = mean of visible V rows, LSE = s + log(count)") {
+    fa::AttnProblem p;
+    p.N_q = 3, p.N_k = 5, p.d = 2, p.causal = true;  // row i sees keys 0 .. i + 2
+    fa::Tensor Q({1, 1, 3, 2}, 0.5f), K({1, 1, 5, 2}, 1.f), V({1, 1, 5, 2});
+    for (int j = 0; j < 5; ++j) V[j * 2] = float(j), V[j * 2 + 1] = float(j * j);
+    fa::TensorD O, LSE;
+    fa::reference_forward(p, Q, K, V, O, LSE);
+    const double s = 1.0 / std::sqrt(2.0);  // scale * (0.5 + 0.5)
+    for (int i = 0; i < 3; ++i) {
+      const int n = i + 3;
+      double m0 = 0, m1 = 0;
+      for (int j = 0; j < n; ++j) m0 += j, m1 += j * j;
+      CHECK(O[i * 2] == doctest::Approx(m0 / n).epsilon(1e-14));
+      CHECK(O[i * 2 + 1] == doctest::Approx(m1 / n).epsilon(1e-14));
+      CHECK(LSE[i] == doctest::Approx(s + std::log(double(n))).epsilon(1e-14));
+    }
+  }
+  SUBCASE("causal with N_q > N_k: rows that see no key give O = 0, LSE = -inf") {
+    fa::AttnProblem p;
+    p.N_q = 4, p.N_k = 2, p.d = 2, p.causal = true;  // rows 0, 1 see nothing; row 2 sees key 0
+    fa::Tensor Q({1, 1, 4, 2}, 1.f), K({1, 1, 2, 2}, 1.f), V({1, 1, 2, 2});
+    V[0] = 3, V[1] = 4, V[2] = 5, V[3] = 6;
+    fa::TensorD O, LSE;
+    fa::reference_forward(p, Q, K, V, O, LSE);
+    CHECK(LSE[0] == -std::numeric_limits<double>::infinity());
+    CHECK(LSE[1] == -std::numeric_limits<double>::infinity());
+    CHECK(O[0] == 0.0);
+    CHECK(O[3] == 0.0);
+    CHECK(O[4] == 3.0);  // row 2 sees key 0 only
+    CHECK(O[6] == 4.0);  // row 3 sees both: mean of (3,4) and (5,6) in dim 0 is 4
+  }
+}
+
+TEST_CASE("reference backward equals central finite differences of the reference forward") {
+  for (bool causal : {false, true}) {
+    fa::AttnProblem p;
+    p.B = 1, p.H = 4, p.H_kv = 2, p.N_q = 6, p.N_k = 4, p.d = 3, p.causal = causal;
+    fa::Rng rng(5);
+    fa::TensorD Q({1, 4, 6, 3}), K({1, 2, 4, 3}), V(K.shape), dO(Q.shape);
+    for (auto* t : {&Q, &K, &V, &dO}) rng.fill_normal(*t);
+    fa::TensorD dQ, dK, dV;
+    fa::reference_backward(p, Q, K, V, dO, dQ, dK, dV);
+    auto loss = [&]() {
+      fa::TensorD O, L;
+      fa::reference_forward(p, Q, K, V, O, L);
+      double s = 0;
+      for (int64_t e = 0; e < O.numel(); ++e) s += O[e] * dO[e];
+      return s;
+    };
+    for (auto [X, dX] : {std::pair{&Q, &dQ}, {&K, &dK}, {&V, &dV}}) {
+      for (int64_t e = 0; e < X->numel(); ++e) {
+        const double x0 = (*X)[e], h = 1e-6;
+        (*X)[e] = x0 + h;
+        const double up = loss();
+        (*X)[e] = x0 - h;
+        const double down = loss();
+        (*X)[e] = x0;
+        CHECK(std::fabs((up - down) / (2 * h) - (*dX)[e]) < 1e-7);
+      }
+    }
+  }
+}
+
+TEST_CASE("compare(): NaN never passes, equal infinities do") {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const float x[3] = {1.f, nan, -inf};
+  const double r[3] = {1.0, 2.0, -INFINITY};
+  const fa::ErrorStats e = fa::compare(x, r, 3);
+  CHECK(std::isinf(e.max_abs));
+  CHECK(e.nonfinite == 1);
+  const float y[3] = {1.f, 2.f, -inf};
+  CHECK(fa::compare(y, r, 3).max_abs == 0.0);
+}
+
+TEST_CASE("memtrack: ExtraMemory sees a vector allocated inside its scope, and its peak") {
+  fa::ExtraMemory mem;
+  {
+    std::vector<float> a(1 << 20);  // 4 MiB
+    a[5] = 1.f;
+    std::vector<float> b(1 << 18);  // 1 MiB
+    b[5] = a[5];
+  }
+  CHECK(mem.peak_bytes() >= 5 * (1 << 20));
+  CHECK(mem.peak_bytes() < 5 * (1 << 20) + 64 * 1024);
+  fa::ExtraMemory mem2;
+  CHECK(mem2.peak_bytes() == 0);
+}
+
+TEST_CASE("problem: GQA head mapping and bottom-right causal rule") {
+  fa::AttnProblem p;
+  p.H = 8, p.H_kv = 2, p.N_q = 3, p.N_k = 5, p.causal = true;
+  CHECK(p.kv_head(0) == 0);
+  CHECK(p.kv_head(3) == 0);
+  CHECK(p.kv_head(4) == 1);
+  CHECK(p.kv_head(7) == 1);
+  CHECK(p.visible(0, 2));   // j <= i + N_k - N_q = 2
+  CHECK(!p.visible(0, 3));
+  CHECK(p.keys_seen(0) == 3);
+  CHECK(p.keys_seen(2) == 5);
+  p.N_q = 6, p.N_k = 2;  // rows 0..3 see nothing
+  CHECK(p.keys_seen(3) == 0);
+  CHECK(p.keys_seen(4) == 1);
+  CHECK_THROWS_AS([] { fa::AttnProblem q; q.H = 8; q.H_kv = 3; fa::validate(q); }(), fa::InputError);
+}
+
+TEST_CASE("rng: the same seed gives the same normals; mean ~0 and variance ~1") {
+  fa::Rng a(42), b(42);
+  double s = 0, s2 = 0;
+  for (int i = 0; i < 100000; ++i) {
+    const double x = a.normal();
+    CHECK_EQ(x, b.normal());
+    s += x, s2 += x * x;
+  }
+  CHECK(std::fabs(s / 1e5) < 0.02);
+  CHECK(std::fabs(s2 / 1e5 - 1) < 0.02);
+}

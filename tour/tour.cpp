@@ -1,0 +1,100 @@
+// The tour: every stage that is built, in order, on one input (by default real Q/K/V from a
+// pretrained transformer, data/PROVENANCE.md), in one table: the idea each stage adds, its error
+// against stage 01 and against float64, the extra memory it measured, and its time.
+// Takes the same flags as every stage program (common/cli.hpp), so `tour --seq-q 4096` or
+// `tour --q q.npy --k k.npy --v v.npy` work too.
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <vector>
+
+#include "cli.hpp"
+#include "stage_01.hpp"
+
+namespace {
+
+struct Entry {
+  std::string name, idea;
+  std::optional<fa::Stage> stage;  // empty: not built, see `why`
+  std::string why;
+};
+
+std::vector<Entry> stages() {
+  std::vector<Entry> v;
+  auto built = [&](const fa::Stage& s) { v.push_back({s.name, s.idea, s, ""}); };
+  built(stage_01());
+  v.push_back({"02_safe_softmax", "subtract the row max: 3 passes, no overflow", std::nullopt, "not built yet"});
+  v.push_back({"03_online_softmax", "running max m and sum l: one pass, O(N d) memory", std::nullopt, "not built yet"});
+  v.push_back({"04_tiled_cpu", "Q/K/V blocks sized from an SRAM budget (Dao et al. Alg. 1)", std::nullopt, "not built yet"});
+  v.push_back({"05_cuda_tiled", "the tiling in GPU shared memory, then tensor cores", std::nullopt, "not built yet (needs an NVIDIA GPU to run)"});
+  v.push_back({"06_backward_recompute", "backward from LSE: recompute P block by block", std::nullopt, "not built yet"});
+  return v;
+}
+
+std::string g(double x) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2e", x);
+  return b;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"tour: every stage of the course on one input, side by side", "tour"};
+  fa::CliFlags f;
+  fa::add_common_flags(app, f, /*backward=*/false);
+  return fa::run_program(app, argc, argv, [&]() -> int {
+    fa::check_dtype(f);
+    fa::Inputs in = fa::make_inputs(f);
+    fa::add_grad_output(in, "", f.seed);
+    std::cout << "FlashAttention course tour\n"
+              << "input  : " << in.source << "\n"
+              << "problem: " << in.p.describe() << "\n";
+    std::optional<fa::Baselines> base;
+    if (!f.no_check) {
+      base.emplace(in, /*with_backward=*/true);
+      std::cout << "max |S|: " << base->max_abs_logit() << " (largest logit; float32 exp overflows above 88.7)\n";
+    }
+    std::cout << "errors are max |X - X_ref| over all elements; extra memory is measured (peak heap\n"
+              << "bytes above inputs and outputs); time is one run, wall clock (benchmarks: bench_*)\n\n";
+    std::printf("%-28s %-13s %-13s %-13s %-13s %10s\n", "stage", "O vs 01", "O vs f64",
+                "LSE vs f64", "extra mem", "time ms");
+    std::printf("%s\n", std::string(95, '-').c_str());
+    nlohmann::json rows = nlohmann::json::array();
+    for (const Entry& e : stages()) {
+      if (!e.stage) {
+        std::printf("%-28s %s\n", e.name.c_str(), ("(" + e.why + ") " + e.idea).c_str());
+        rows.push_back({{"stage", e.name}, {"built", false}, {"why", e.why}});
+        continue;
+      }
+      const fa::ForwardRun r = fa::run_forward(e.stage->forward, in);
+      std::string c1 = "-", c2 = "-", c3 = "-";
+      nlohmann::json row = {{"stage", e.name}, {"built", true}, {"pass", "forward"},
+                            {"ms", r.ms}, {"extra_bytes", r.extra_bytes}};
+      if (base) {
+        const fa::ForwardErrors er = base->compare(r);
+        c1 = g(er.O_vs_01.max_abs), c2 = g(er.O_vs_f64.max_abs), c3 = g(er.LSE_vs_f64.max_abs);
+        row["O_vs_01"] = er.O_vs_01.max_abs, row["O_vs_f64"] = er.O_vs_f64.max_abs;
+        row["LSE_vs_f64"] = er.LSE_vs_f64.max_abs;
+      }
+      std::printf("%-28s %-13s %-13s %-13s %-13s %10.2f\n", e.name.c_str(), c1.c_str(), c2.c_str(),
+                  c3.c_str(), fa::human_bytes(r.extra_bytes).c_str(), r.ms);
+      rows.push_back(row);
+      if (e.stage->backward) {
+        const fa::BackwardRun b = fa::run_backward(e.stage->backward, in, r);
+        std::string d1 = "-", d2 = "-";
+        if (base) {
+          const fa::BackwardErrors eb = base->compare(b);
+          d1 = g(std::max({eb.dQ_vs_01.max_abs, eb.dK_vs_01.max_abs, eb.dV_vs_01.max_abs}));
+          d2 = g(std::max({eb.dQ_vs_f64.max_abs, eb.dK_vs_f64.max_abs, eb.dV_vs_f64.max_abs}));
+        }
+        std::printf("%-28s %-13s %-13s %-13s %-13s %10.2f\n", ("  " + e.name + " backward").c_str(),
+                    d1.c_str(), d2.c_str(), "(dQ,dK,dV)", fa::human_bytes(b.extra_bytes).c_str(), b.ms);
+      }
+      std::printf("    idea: %s\n", e.idea.c_str());
+    }
+    if (f.json) std::cout << rows.dump(2) << "\n";
+    return 0;
+  });
+}
