@@ -24,9 +24,9 @@ std::string default_data_dir() {
 
 Inputs default_inputs(bool causal, float scale) {
   const std::string dir = default_data_dir();
-  Inputs in = load_inputs(dir + "/minilm_l5_q.npy", dir + "/minilm_l5_k.npy",
-                          dir + "/minilm_l5_v.npy", causal, scale);
-  in.source = "all-MiniLM-L6-v2 layer 5 Q/K/V of the Gettysburg Address (" + dir + ")";
+  Inputs in = load_inputs(dir + "/minilm_l0_q.npy", dir + "/minilm_l0_k.npy",
+                          dir + "/minilm_l0_v.npy", causal, scale);
+  in.source = "all-MiniLM-L6-v2 layer 0 Q/K/V of the Gettysburg Address, 256 tokens (" + dir + ")";
   return in;
 }
 

@@ -21,7 +21,7 @@ struct Inputs {
 
 // Where the default input (real Q/K/V from a pretrained transformer, see data/PROVENANCE.md) lives.
 std::string default_data_dir();
-// The default input: data/minilm_l5_{q,k,v}.npy. Throws InputError if the files are missing.
+// The default input: data/minilm_l0_{q,k,v}.npy (layer 0: the sharpest rows, max logit 69). Throws InputError if the files are missing.
 Inputs default_inputs(bool causal, float scale);
 
 // Load Q, K, V from .npy files (float32, C order; [B,H,N,d], [H,N,d] or [N,d]) and check that they

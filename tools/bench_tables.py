@@ -1,0 +1,56 @@
+#!/usr/bin/env python3
+"""Regenerate the benchmark tables in the READMEs from docs/results/bench_*.json.
+
+A README marks a table with two HTML comments:
+    <!-- bench:docs/results/bench_01_naive.json -->
+    ...table, rewritten by this script...
+    <!-- /bench -->
+Usage: python3 tools/bench_tables.py [README.md ...]   (default: every README.md in the repo)
+Standard library only.
+"""
+import json
+import pathlib
+import re
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+BLOCK = re.compile(r"(<!-- bench:(?P<src>[^ ]+) -->\n)(?P<body>.*?)(<!-- /bench -->)", re.S)
+
+
+def fmt_bytes(n):
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{int(n)} B"
+
+
+def table(src):
+    data = json.loads((ROOT / src).read_text())
+    ctx = data["context"]
+    rows = ["| benchmark | time (ms) | GFLOP/s | extra memory |", "|---|---:|---:|---:|"]
+    for b in data["benchmarks"]:
+        if b.get("run_type") == "aggregate":
+            continue
+        t = b["real_time"] * {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[b["time_unit"]]
+        gf = b.get("GFLOP/s", b.get("GFLOP", 0.0))
+        rows.append(f"| `{b['name']}` | {t:.3g} | {gf:.3g} | {fmt_bytes(b.get('extra_bytes', 0))} |")
+    cpu = f"{ctx.get('num_cpus')} CPUs at {ctx.get('mhz_per_cpu')} MHz"
+    rows.append("")
+    rows.append(f"Measured {ctx['date']} on {ctx['host_name']} ({cpu}), `{ctx['executable']}`; "
+                f"source: [{src}](/{src}).")
+    return "\n".join(rows) + "\n"
+
+
+def main(paths):
+    if not paths:
+        paths = [p for p in ROOT.rglob("README.md") if "build" not in p.parts]
+    for p in map(pathlib.Path, paths):
+        text = p.read_text()
+        new = BLOCK.sub(lambda m: m.group(1) + table(m.group("src")) + m.group(4), text)
+        if new != text:
+            p.write_text(new)
+            print(f"updated {p}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
