@@ -28,24 +28,6 @@ std::string tag(const AttnProblem& p) {
          std::to_string(p.d) + (p.causal ? " causal" : "");
 }
 
-// max over visible (i, j) of |S_ij| (or of scale * sum_c |Q_ic K_jc| when `absdot`), in double.
-double max_logit(const Inputs& in, bool absdot) {
-  const AttnProblem& p = in.p;
-  const double scale = p.resolved_scale();
-  double mx = 0;
-  for (int64_t b = 0; b < p.B; ++b)
-    for (int64_t h = 0; h < p.H; ++h)
-      for (int64_t i = 0; i < p.N_q; ++i)
-        for (int64_t j = 0; j < p.keys_seen(i); ++j) {
-          const float* q = in.Q.ptr() + p.q_offset(b, h, i);
-          const float* k = in.K.ptr() + p.kv_offset(b, h, j);
-          double s = 0;
-          for (int64_t c = 0; c < p.d; ++c) s += absdot ? std::fabs(double(q[c]) * k[c]) : double(q[c]) * k[c];
-          mx = std::max(mx, std::fabs(scale * s));
-        }
-  return mx;
-}
-
 uint64_t hash(const std::string& s) {  // FNV-1a
   uint64_t h = 1469598103934665603ull;
   for (unsigned char ch : s) h = (h ^ ch) * 1099511628211ull;

@@ -116,6 +116,26 @@ void add_grad_output(Inputs& in, const std::string& path, uint64_t seed) {
   rng.fill_normal(in.dO);
 }
 
+double max_logit(const Inputs& in, bool abs_terms) {
+  const AttnProblem& p = in.p;
+  const double scale = p.resolved_scale();
+  double mx = 0;
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t h = 0; h < p.H; ++h)
+      for (int64_t i = 0; i < p.N_q; ++i)
+        for (int64_t j = 0; j < p.keys_seen(i); ++j) {
+          const float* q = in.Q.ptr() + p.q_offset(b, h, i);
+          const float* k = in.K.ptr() + p.kv_offset(b, h, j);
+          double s = 0;
+          for (int64_t c = 0; c < p.d; ++c) {
+            const double t = double(q[c]) * double(k[c]);
+            s += abs_terms ? std::fabs(t) : t;
+          }
+          mx = std::max(mx, std::fabs(scale * s));
+        }
+  return mx;
+}
+
 ForwardRun run_forward(const ForwardFn& f, const Inputs& in) {
   ForwardRun r;
   r.O = Tensor({in.p.B, in.p.H, in.p.N_q, in.p.d});
@@ -155,18 +175,7 @@ Baselines::Baselines(const Inputs& in, bool with_backward) {
     reference_backward(in.p, convert<double>(in.Q), convert<double>(in.K), convert<double>(in.V),
                        convert<double>(in.dO), dQ64_, dK64_, dV64_);
   }
-  const AttnProblem& p = in.p;
-  const double scale = p.resolved_scale();
-  for (int64_t b = 0; b < p.B; ++b)
-    for (int64_t h = 0; h < p.H; ++h)
-      for (int64_t i = 0; i < p.N_q; ++i)
-        for (int64_t j = 0; j < p.keys_seen(i); ++j) {
-          const float* q = in.Q.ptr() + p.q_offset(b, h, i);
-          const float* k = in.K.ptr() + p.kv_offset(b, h, j);
-          double s = 0;
-          for (int64_t c = 0; c < p.d; ++c) s += double(q[c]) * k[c];
-          max_abs_logit_ = std::max(max_abs_logit_, std::fabs(scale * s));
-        }
+  max_abs_logit_ = max_logit(in);
 }
 
 ForwardErrors Baselines::compare(const ForwardRun& r) const {

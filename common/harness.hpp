@@ -39,6 +39,10 @@ void add_grad_output(Inputs& in, const std::string& path, uint64_t seed);
 // Throws InputError(arg, "finite values", ...) if x holds a NaN or an infinity.
 void check_finite(const Tensor& x, const std::string& arg);
 
+// max over visible (i, j) of |S_ij| = |scale * Q_i . K_j|, in double. With abs_terms, of
+// scale * sum_c |Q_ic K_jc| instead (the size of the terms a float32 dot product rounds).
+double max_logit(const Inputs& in, bool abs_terms = false);
+
 struct ForwardRun {
   Tensor O, LSE;
   double ms = 0;              // wall time of the stage call (milliseconds)

@@ -32,6 +32,14 @@ std::vector<Entry> stages() {
   return v;
 }
 
+// printf into a string (the table goes to stdout only without --json).
+template <class... A>
+void out(std::string& buf, const char* fmt, A... a) {
+  char line[512];
+  std::snprintf(line, sizeof line, fmt, a...);
+  buf += line;
+}
+
 std::string g(double x) {
   char b[32];
   std::snprintf(b, sizeof b, "%.2e", x);
@@ -48,23 +56,23 @@ int main(int argc, char** argv) {
     fa::check_dtype(f);
     fa::Inputs in = fa::make_inputs(f);
     fa::add_grad_output(in, "", f.seed);
-    std::cout << "FlashAttention course tour\n"
-              << "input  : " << in.source << "\n"
-              << "problem: " << in.p.describe() << "\n";
+    std::string txt;
+    out(txt, "FlashAttention course tour\ninput  : %s\nproblem: %s\n", in.source.c_str(),
+        in.p.describe().c_str());
     std::optional<fa::Baselines> base;
     if (!f.no_check) {
       base.emplace(in, /*with_backward=*/true);
-      std::cout << "max |S|: " << base->max_abs_logit() << " (largest logit; float32 exp overflows above 88.7)\n";
+      out(txt, "max |S|: %.4g (largest logit; float32 exp overflows above 88.72)\n", base->max_abs_logit());
     }
-    std::cout << "errors are max |X - X_ref| over all elements; extra memory is measured (peak heap\n"
-              << "bytes above inputs and outputs); time is one run, wall clock (benchmarks: bench_*)\n\n";
-    std::printf("%-28s %-13s %-13s %-13s %-13s %10s\n", "stage", "O vs 01", "O vs f64",
-                "LSE vs f64", "extra mem", "time ms");
-    std::printf("%s\n", std::string(95, '-').c_str());
+    out(txt, "errors are max |X - X_ref| over all elements; extra memory is measured (peak heap\n"
+             "bytes above inputs and outputs); time is one run, wall clock (benchmarks: bench_*)\n\n");
+    out(txt, "%-28s %-13s %-13s %-13s %-13s %10s\n", "stage", "O vs 01", "O vs f64", "LSE vs f64",
+        "extra mem", "time ms");
+    out(txt, "%s\n", std::string(95, '-').c_str());
     nlohmann::json rows = nlohmann::json::array();
     for (const Entry& e : stages()) {
       if (!e.stage) {
-        std::printf("%-28s %s\n", e.name.c_str(), ("(" + e.why + ") " + e.idea).c_str());
+        out(txt, "%-28s (%s) %s\n", e.name.c_str(), e.why.c_str(), e.idea.c_str());
         rows.push_back({{"stage", e.name}, {"built", false}, {"why", e.why}});
         continue;
       }
@@ -78,8 +86,8 @@ int main(int argc, char** argv) {
         row["O_vs_01"] = er.O_vs_01.max_abs, row["O_vs_f64"] = er.O_vs_f64.max_abs;
         row["LSE_vs_f64"] = er.LSE_vs_f64.max_abs;
       }
-      std::printf("%-28s %-13s %-13s %-13s %-13s %10.2f\n", e.name.c_str(), c1.c_str(), c2.c_str(),
-                  c3.c_str(), fa::human_bytes(r.extra_bytes).c_str(), r.ms);
+      out(txt, "%-28s %-13s %-13s %-13s %-13s %10.2f\n", e.name.c_str(), c1.c_str(), c2.c_str(),
+          c3.c_str(), fa::human_bytes(r.extra_bytes).c_str(), r.ms);
       rows.push_back(row);
       if (e.stage->backward) {
         const fa::BackwardRun b = fa::run_backward(e.stage->backward, in, r);
@@ -89,12 +97,15 @@ int main(int argc, char** argv) {
           d1 = g(std::max({eb.dQ_vs_01.max_abs, eb.dK_vs_01.max_abs, eb.dV_vs_01.max_abs}));
           d2 = g(std::max({eb.dQ_vs_f64.max_abs, eb.dK_vs_f64.max_abs, eb.dV_vs_f64.max_abs}));
         }
-        std::printf("%-28s %-13s %-13s %-13s %-13s %10.2f\n", ("  " + e.name + " backward").c_str(),
-                    d1.c_str(), d2.c_str(), "(dQ,dK,dV)", fa::human_bytes(b.extra_bytes).c_str(), b.ms);
+        out(txt, "%-28s %-13s %-13s %-13s %-13s %10.2f\n", ("  " + e.name + " backward").c_str(),
+            d1.c_str(), d2.c_str(), "(dQ,dK,dV)", fa::human_bytes(b.extra_bytes).c_str(), b.ms);
+        rows.push_back({{"stage", e.name}, {"built", true}, {"pass", "backward"}, {"ms", b.ms},
+                        {"extra_bytes", b.extra_bytes}});
       }
-      std::printf("    idea: %s\n", e.idea.c_str());
+      out(txt, "    idea: %s\n", e.idea.c_str());
     }
-    if (f.json) std::cout << rows.dump(2) << "\n";
+    if (f.json) std::cout << nlohmann::json{{"input", in.source}, {"problem", in.p.describe()}, {"stages", rows}}.dump(2) << "\n";
+    else std::cout << txt;
     return 0;
   });
 }
