@@ -31,10 +31,10 @@ namespace safe_softmax {
 
 // Softmax of one vector, y = softmax(x), n >= 1, at least one x_j finite (Milakov & Gimelshein
 // 2018, Algorithm 2). Three passes: x is loaded 3 times and y stored once, 4 memory accesses per
-// element (stage 03's online normaliser needs 3). Ptr is T* or a pointer-like type whose
-// operator[] loads and stores (the tests count memory accesses through one).
-template <class T, class Ptr = T*>
-void softmax(Ptr x, Ptr y, int64_t n) {
+// element (stage 03's online normaliser needs 3). In and Out are pointers, or pointer-like
+// types whose operator[] loads and stores (the tests count memory accesses through one).
+template <class T, class In = const T*, class Out = T*>
+void softmax(In x, Out y, int64_t n) {
   T m = -std::numeric_limits<T>::infinity();
   for (int64_t j = 0; j < n; ++j) {  // pass 1: m = max_j x_j
     const T xj = x[j];

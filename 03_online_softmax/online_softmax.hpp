@@ -43,10 +43,10 @@ T exp_minus(T x, T m) {
 
 // Softmax of one vector, y = softmax(x), n >= 1, at least one x_j finite (Milakov & Gimelshein
 // 2018, Algorithm 3). Two passes: x is loaded twice and y stored once, 3 memory accesses per
-// element against 4 for stage 02's three-pass safe softmax. Ptr is T* or a pointer-like type
-// whose operator[] loads and stores (the tests count memory accesses through one).
-template <class T, class Ptr = T*>
-void softmax(Ptr x, Ptr y, int64_t n) {
+// element against 4 for stage 02's three-pass safe softmax. In and Out are pointers, or
+// pointer-like types whose operator[] loads and stores (the tests count memory accesses through one).
+template <class T, class In = const T*, class Out = T*>
+void softmax(In x, Out y, int64_t n) {
   T m = -std::numeric_limits<T>::infinity(), l = 0;
   for (int64_t j = 0; j < n; ++j) {  // pass 1: m and l together
     const T xj = x[j];

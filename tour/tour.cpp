@@ -11,6 +11,8 @@
 
 #include "cli.hpp"
 #include "stage_01.hpp"
+#include "stage_02.hpp"
+#include "stage_03.hpp"
 
 namespace {
 
@@ -24,8 +26,8 @@ std::vector<Entry> stages() {
   std::vector<Entry> v;
   auto built = [&](const fa::Stage& s) { v.push_back({s.name, s.idea, s, ""}); };
   built(stage_01());
-  v.push_back({"02_safe_softmax", "subtract the row max: 3 passes, no overflow", std::nullopt, "not built yet"});
-  v.push_back({"03_online_softmax", "running max m and sum l: one pass, O(N d) memory", std::nullopt, "not built yet"});
+  built(stage_02());
+  built(stage_03());
   v.push_back({"04_tiled_cpu", "Q/K/V blocks sized from an SRAM budget (Dao et al. Alg. 1)", std::nullopt, "not built yet"});
   v.push_back({"05_cuda_tiled", "the tiling in GPU shared memory, then tensor cores", std::nullopt, "not built yet (needs an NVIDIA GPU to run)"});
   v.push_back({"06_backward_recompute", "backward from LSE: recompute P block by block", std::nullopt, "not built yet"});
