@@ -13,6 +13,7 @@
 #include "stage_01.hpp"
 #include "stage_02.hpp"
 #include "stage_03.hpp"
+#include "stage_04.hpp"
 
 namespace {
 
@@ -28,8 +29,8 @@ std::vector<Entry> stages() {
   built(stage_01());
   built(stage_02());
   built(stage_03());
-  v.push_back({"04_tiled_cpu", "Q/K/V blocks sized from an SRAM budget (Dao et al. Alg. 1)", std::nullopt, "not built yet"});
-  v.push_back({"05_cuda_tiled", "the tiling in GPU shared memory, then tensor cores", std::nullopt, "not built yet (needs an NVIDIA GPU to run)"});
+  built(stage_04());
+  v.push_back({"05_cuda_tiled", "the tiling in GPU shared memory, then tensor cores", std::nullopt, "not built yet; will need an NVIDIA GPU"});
   v.push_back({"06_backward_recompute", "backward from LSE: recompute P block by block", std::nullopt, "not built yet"});
   return v;
 }

@@ -1,0 +1,188 @@
+// Stage 04 benchmark, against the machine's measured fp32 FMA peak and the materialised attention
+// a C++ engineer would write with BLAS (cblas_sgemm for S and for P V, OpenBLAS).
+//
+//   BM_fma_peak/threads      a loop of independent fused multiply-adds in registers: the fp32 peak
+//   BM_tiled/N/d/causal/thr  stage 04, default blocks (from M = L2), 1 or 2 OpenMP threads
+//   BM_blas/N/d/causal/thr   S = Q K^T (sgemm), masked safe softmax, O = P V (sgemm)
+//   BM_stage0{1,2,3}/N       stages 01-03 (single-threaded by design), d = 64, N <= 4096
+// Counters: GFLOP/s (FlashAttention convention: 4 N_q N_k d, halved for causal), pct_peak (of the
+// FMA peak with the same thread count), extra_bytes (measured peak heap above inputs/outputs).
+// Skipped, to keep the whole run near 5 minutes on 2 cores: stages 01-03 above N = 4096 (at
+// N = 16384 stage 02 alone would hold 2 GiB for S and P and run for about a minute per call).
+// Run (writes docs/results/bench_04_tiled_cpu.json):
+//   build/04_tiled_cpu/bench_04_tiled_cpu --benchmark_out=docs/results/bench_04_tiled_cpu.json --benchmark_out_format=json
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "bench_util.hpp"
+#include "microkernel.hpp"
+#include "naive.hpp"
+#include "tiled.hpp"
+#if __has_include("safe_softmax.hpp")
+#include "safe_softmax.hpp"
+#define FA_HAVE_02 1
+#endif
+#if __has_include("online_softmax.hpp")
+#include "online_softmax.hpp"
+#define FA_HAVE_03 1
+#endif
+#ifdef FA_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+
+namespace {
+
+// ---- the fp32 FMA peak, measured -------------------------------------------------------------
+// Each thread runs 12 independent chains acc = acc * a + b (one FMA each) on full vectors: enough
+// chains to cover the FMA latency, so the loop is bound by FMA throughput alone.
+double fma_loop(int64_t iters) {
+  using tiled::mk::vf;
+  vf acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = tiled::mk::splat(1.f + 1e-3f * i);
+  const vf a = tiled::mk::splat(0.999999f), b = tiled::mk::splat(1e-6f);
+  for (int64_t it = 0; it < iters; ++it) {
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) acc[i] = acc[i] * a + b;
+  }
+  float s = 0;
+  for (int i = 0; i < 12; ++i) s += acc[i][0];
+  return s;
+}
+
+// GFLOP/s of fma_loop on `threads` threads (2 flops per FMA lane).
+double measure_peak(int threads) {
+  const int64_t iters = 20'000'000;
+  const auto t0 = std::chrono::steady_clock::now();
+  double sink = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : sink)
+  sink += fma_loop(iters);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  benchmark::DoNotOptimize(sink);
+  return double(threads) * double(iters) * 12 * tiled::mk::VW * 2 / s * 1e-9;
+}
+
+double peak_gflops(int threads) {
+  static double cache[3] = {0, 0, 0};
+  if (cache[threads] == 0) {
+    double best = 0;
+    for (int rep = 0; rep < 3; ++rep) best = std::max(best, measure_peak(threads));
+    cache[threads] = best;
+  }
+  return cache[threads];
+}
+
+void add_pct_peak(benchmark::State& state, const fa::AttnProblem& p, int threads) {
+  // A rate counter: flops per second / peak flops per second, in percent.
+  state.counters["pct_peak"] = benchmark::Counter(
+      p.forward_flops() / (peak_gflops(threads) * 1e9) * 100, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["threads"] = threads;
+  state.counters["causal"] = p.causal;
+}
+
+void BM_fma_peak(benchmark::State& state) {
+  const int threads = int(state.range(0));
+  double g = 0;
+  for (auto _ : state) g = std::max(g, measure_peak(threads));
+  state.counters["GFLOP/s"] = g;
+  state.counters["threads"] = threads;
+  state.counters["vector_floats"] = tiled::mk::VW;
+}
+
+// ---- stage 04 --------------------------------------------------------------------------------
+void BM_tiled(benchmark::State& state) {
+  const fa::AttnProblem p = fa::bench_problem(state.range(0), state.range(1), state.range(2) != 0);
+  const int threads = int(state.range(3));
+  tiled::Blocks blk = tiled::default_blocks(p.d);
+  blk.threads = threads;
+  fa::bench_forward(state, [&](const fa::AttnProblem& q, const float* Q, const float* K,
+                               const float* V, float* O, float* L) {
+    tiled::forward<float>(q, Q, K, V, O, L, blk);
+  }, p);
+  add_pct_peak(state, p, threads);
+  state.counters["Br"] = double(blk.Br);
+  state.counters["Bc"] = double(blk.Bc);
+}
+
+#ifdef FA_HAVE_OPENBLAS
+// ---- the BLAS baseline: materialised attention -----------------------------------------------
+// S = scale Q K^T and O = P V are two cblas_sgemm calls per (b, h); in between, the causal mask
+// and a safe softmax per row (std::exp, OpenMP over rows). Extra memory: S (P overwrites it).
+void blas_forward(const fa::AttnProblem& p, const float* Q, const float* K, const float* V,
+                  float* O, float* LSE, int threads) {
+  std::vector<float> S(size_t(p.N_q * p.N_k));
+  const float scale = p.resolved_scale(), neg_inf = -std::numeric_limits<float>::infinity();
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t h = 0; h < p.H; ++h) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(p.N_q), int(p.N_k), int(p.d), scale,
+                  Q + p.q_offset(b, h, 0), int(p.d), K + p.kv_offset(b, h, 0), int(p.d), 0.f,
+                  S.data(), int(p.N_k));
+#pragma omp parallel for num_threads(threads)
+      for (int64_t i = 0; i < p.N_q; ++i) {
+        float* s = S.data() + i * p.N_k;
+        const int64_t seen = p.keys_seen(i);
+        std::fill(s + seen, s + p.N_k, neg_inf);
+        float m = neg_inf, l = 0;
+        for (int64_t j = 0; j < seen; ++j) m = std::max(m, s[j]);
+        for (int64_t j = 0; j < p.N_k; ++j) l += (s[j] = j < seen ? std::exp(s[j] - m) : 0.f);
+        const float inv = seen ? 1.f / l : 0.f;
+        for (int64_t j = 0; j < p.N_k; ++j) s[j] *= inv;
+        LSE[p.lse_offset(b, h, i)] = seen ? m + std::log(l) : neg_inf;
+      }
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(p.N_q), int(p.d), int(p.N_k), 1.f,
+                  S.data(), int(p.N_k), V + p.kv_offset(b, h, 0), int(p.d), 0.f,
+                  O + p.q_offset(b, h, 0), int(p.d));
+    }
+}
+
+void BM_blas(benchmark::State& state) {
+  const fa::AttnProblem p = fa::bench_problem(state.range(0), state.range(1), state.range(2) != 0);
+  const int threads = int(state.range(3));
+  openblas_set_num_threads(threads);
+  fa::bench_forward(state, [&](const fa::AttnProblem& q, const float* Q, const float* K,
+                               const float* V, float* O, float* L) {
+    blas_forward(q, Q, K, V, O, L, threads);
+  }, p);
+  add_pct_peak(state, p, threads);
+}
+#endif
+
+// ---- stages 01-03 (single-threaded) ------------------------------------------------------------
+template <void (*F)(const fa::AttnProblem&, const float*, const float*, const float*, float*, float*)>
+void BM_stage(benchmark::State& state) {
+  const fa::AttnProblem p = fa::bench_problem(state.range(0), 64, false);
+  fa::bench_forward(state, F, p);
+  add_pct_peak(state, p, 1);
+}
+
+void grid(benchmark::internal::Benchmark* b) {
+  for (int64_t N : {256, 1024, 4096, 16384})
+    for (int64_t d : {64, 128})
+      for (int64_t causal : {0, 1})
+        for (int64_t t : {1, 2}) b->Args({N, d, causal, t});
+  b->ArgNames({"N", "d", "causal", "threads"});
+}
+
+}  // namespace
+
+BENCHMARK(BM_fma_peak)->Arg(1)->Arg(2)->ArgName("threads")->Iterations(3)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_tiled)->Apply(grid)->MinTime(0.2)->UseRealTime()->Unit(benchmark::kMillisecond);
+#ifdef FA_HAVE_OPENBLAS
+BENCHMARK(BM_blas)->Apply(grid)->MinTime(0.2)->UseRealTime()->Unit(benchmark::kMillisecond);
+#endif
+BENCHMARK(BM_stage<naive::forward<float>>)->Name("BM_stage01")->Arg(256)->Arg(1024)->Arg(4096)
+    ->ArgName("N")->MinTime(0.1)->UseRealTime()->Unit(benchmark::kMillisecond);
+#ifdef FA_HAVE_02
+BENCHMARK(BM_stage<safe_softmax::forward<float>>)->Name("BM_stage02")->Arg(256)->Arg(1024)->Arg(4096)
+    ->ArgName("N")->MinTime(0.1)->UseRealTime()->Unit(benchmark::kMillisecond);
+#endif
+#ifdef FA_HAVE_03
+BENCHMARK(BM_stage<online_softmax::forward<float>>)->Name("BM_stage03")->Arg(256)->Arg(1024)->Arg(4096)
+    ->ArgName("N")->MinTime(0.1)->UseRealTime()->Unit(benchmark::kMillisecond);
+#endif
+
+BENCHMARK_MAIN();

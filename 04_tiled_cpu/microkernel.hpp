@@ -1,0 +1,187 @@
+// The vectorised pieces of stage 04, kept apart so tiled.hpp reads as the algorithm.
+//
+// Everything here works on the small block buffers (the "SRAM"), never on Q, K, V, O directly:
+//   gemm_qk   S  = scale * Q_i K_j^T    (K_j is stored transposed, Kt[k][c], so a row of Kt is a
+//                                        contiguous run of keys: one vector load feeds VW keys)
+//   gemm_pv   O_i += P V_j
+//   row_max, exp_sub_sum, scale_row     the per-row softmax bookkeeping
+// The two GEMMs use a register-blocked micro-kernel: an RM x (NV*VW) tile of the output lives in
+// RM*NV vector registers for the whole inner loop; each step loads NV vectors of one operand,
+// broadcasts RM scalars of the other and issues RM*NV fused multiply-adds. That ratio of FMAs to
+// loads (24 : 10 with AVX-512) is what lets the loop run at the FMA units' speed.
+//
+// Vectors are GCC vector extensions (vector_size), so the same code compiles for AVX-512, AVX2 or
+// plain SSE2 (FA_NATIVE=OFF); the width follows the ISA the compiler targets.
+#pragma once
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+namespace tiled::mk {
+
+#if defined(__AVX512F__)
+inline constexpr int VW = 16;  // floats per vector register (zmm)
+inline constexpr int RM = 6;   // micro-tile rows; RM * NV = 24 accumulators of 32 registers
+inline constexpr int NV = 4;   // micro-tile width in vectors (64 floats)
+#elif defined(__AVX__)
+inline constexpr int VW = 8;   // ymm, 16 registers: 6 x 2 = 12 accumulators
+inline constexpr int RM = 6;
+inline constexpr int NV = 2;
+#else
+inline constexpr int VW = 4;   // xmm (SSE2), 16 registers
+inline constexpr int RM = 6;
+inline constexpr int NV = 2;
+#endif
+
+typedef float vf __attribute__((vector_size(VW * sizeof(float))));
+typedef int32_t vi __attribute__((vector_size(VW * sizeof(int32_t))));
+
+inline int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+inline vf load(const float* p) { vf v; std::memcpy(&v, p, sizeof v); return v; }
+inline void store(float* p, vf v) { std::memcpy(p, &v, sizeof v); }
+inline vf splat(float x) { return vf{} + x; }
+
+// ---- S = scale * Q_i K_j^T --------------------------------------------------------------------
+// One R x (NVEC*VW) tile of S: S[r][c] = scale * sum_k Q[r][k] * Kt[k][c].
+template <int R, int NVEC>
+inline void qk_tile(const float* Q, int64_t ldq, const float* Kt, int64_t ldk, int64_t d,
+                    float scale, float* S, int64_t lds) {
+  vf acc[R][NVEC] = {};
+  for (int64_t k = 0; k < d; ++k) {
+    vf b[NVEC];
+#pragma GCC unroll 8
+    for (int v = 0; v < NVEC; ++v) b[v] = load(Kt + k * ldk + v * VW);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const float a = Q[r * ldq + k];
+#pragma GCC unroll 8
+      for (int v = 0; v < NVEC; ++v) acc[r][v] += a * b[v];
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int v = 0; v < NVEC; ++v) store(S + r * lds + v * VW, acc[r][v] * scale);
+}
+
+// ---- O_i += P V_j -----------------------------------------------------------------------------
+// One R x (NVEC*VW) tile of O: O[r][c] += sum_k P[r][k] * V[k][c], k < n.
+template <int R, int NVEC>
+inline void pv_tile(const float* P, int64_t ldp, const float* V, int64_t ldv, int64_t n, float* O,
+                    int64_t ldo) {
+  vf acc[R][NVEC];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int v = 0; v < NVEC; ++v) acc[r][v] = load(O + r * ldo + v * VW);
+  for (int64_t k = 0; k < n; ++k) {
+    vf b[NVEC];
+#pragma GCC unroll 8
+    for (int v = 0; v < NVEC; ++v) b[v] = load(V + k * ldv + v * VW);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const float a = P[r * ldp + k];
+#pragma GCC unroll 8
+      for (int v = 0; v < NVEC; ++v) acc[r][v] += a * b[v];
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int v = 0; v < NVEC; ++v) store(O + r * ldo + v * VW, acc[r][v]);
+}
+
+// Compile-time tile shapes for the ragged edges: rows < RM or width < NV picks a smaller tile.
+template <int R = RM, int NVEC = NV, class... A>
+inline void qk_dispatch(int rows, int nvec, A... a) {
+  if constexpr (R > 1) if (rows < R) return qk_dispatch<R - 1, NVEC>(rows, nvec, a...);
+  if constexpr (NVEC > 1) if (nvec < NVEC) return qk_dispatch<R, NVEC - 1>(rows, nvec, a...);
+  qk_tile<R, NVEC>(a...);
+}
+template <int R = RM, int NVEC = NV, class... A>
+inline void pv_dispatch(int rows, int nvec, A... a) {
+  if constexpr (R > 1) if (rows < R) return pv_dispatch<R - 1, NVEC>(rows, nvec, a...);
+  if constexpr (NVEC > 1) if (nvec < NVEC) return pv_dispatch<R, NVEC - 1>(rows, nvec, a...);
+  pv_tile<R, NVEC>(a...);
+}
+
+// S (br x ncols) = scale * Q (br x d, leading dim d) * Kt (d x ncols, leading dim ldk).
+// ncols is a multiple of VW (the key block padded); column tiles outside, so one d x 64 panel of
+// Kt stays in L1 while every row tile of Q passes over it.
+inline void gemm_qk(const float* Q, int64_t br, int64_t d, const float* Kt, int64_t ldk,
+                    int64_t ncols, float scale, float* S, int64_t lds) {
+  for (int64_t c0 = 0; c0 < ncols; c0 += NV * VW) {
+    const int nvec = int(ncols - c0 < NV * VW ? (ncols - c0) / VW : NV);
+    for (int64_t r0 = 0; r0 < br; r0 += RM)
+      qk_dispatch(int(br - r0 < RM ? br - r0 : RM), nvec, Q + r0 * d, d, Kt + c0, ldk, d, scale,
+                  S + r0 * lds + c0, lds);
+  }
+}
+
+// O (br x ncols, leading dim ldo) += P (br x n, leading dim ldp) * V (n x ncols, leading dim ldv).
+// ncols is d padded to a multiple of VW (V's pad columns hold zeros).
+inline void gemm_pv(const float* P, int64_t ldp, int64_t br, int64_t n, const float* V,
+                    int64_t ldv, int64_t ncols, float* O, int64_t ldo) {
+  for (int64_t c0 = 0; c0 < ncols; c0 += NV * VW) {
+    const int nvec = int(ncols - c0 < NV * VW ? (ncols - c0) / VW : NV);
+    for (int64_t r0 = 0; r0 < br; r0 += RM)
+      pv_dispatch(int(br - r0 < RM ? br - r0 : RM), nvec, P + r0 * ldp, ldp, V + c0, ldv, n,
+                  O + r0 * ldo + c0, ldo);
+  }
+}
+
+// ---- the softmax bookkeeping on one row of S (n a multiple of VW) ------------------------------
+inline float row_max(const float* s, int64_t n) {
+  vf mx = splat(-std::numeric_limits<float>::infinity());
+  for (int64_t c = 0; c < n; c += VW) {
+    const vf x = load(s + c);
+    mx = x > mx ? x : mx;
+  }
+  float m = mx[0];
+  for (int i = 1; i < VW; ++i) m = mx[i] > m ? mx[i] : m;
+  return m;
+}
+
+// exp(x) for x <= 0 (the only arguments the online softmax produces): x = n ln2 + r with
+// |r| <= ln2 / 2, exp(r) by its Taylor series to r^7 (truncation error < 1e-8, below float
+// rounding), times 2^n built in the exponent bits. x < -87.3 (including -inf, a masked score)
+// gives exactly 0.
+inline vf exp_neg(vf x) {
+  const vf lo = splat(-87.3f);
+  const vf xc = x < lo ? lo : x;
+  const vf shifter = splat(12582912.f);  // 1.5 * 2^23: adding it rounds to an integer
+  const vf t = xc * 1.44269504f + shifter;
+  const vf n = t - shifter;
+  const vi ni = (vi)t - (vi)shifter;     // the same integer, as bits
+  const vf r = (xc - n * 0.693145752f) - n * 1.42860677e-6f;  // ln 2 split hi + lo
+  vf e = splat(1.f / 5040.f);
+  e = e * r + 1.f / 720.f;
+  e = e * r + 1.f / 120.f;
+  e = e * r + 1.f / 24.f;
+  e = e * r + 1.f / 6.f;
+  e = e * r + 0.5f;
+  e = e * r + 1.f;
+  e = e * r + 1.f;
+  const vf two_n = (vf)((ni + 127) << 23);
+  return x < lo ? splat(0.f) : e * two_n;
+}
+
+// s[c] = exp(s[c] - m) in place; returns the sum of the new values (a fixed order: the result
+// does not depend on the thread count).
+inline float exp_sub_sum(float* s, int64_t n, float m) {
+  vf sum = {};
+  for (int64_t c = 0; c < n; c += VW) {
+    const vf e = exp_neg(load(s + c) - m);
+    store(s + c, e);
+    sum += e;
+  }
+  float l = 0;
+  for (int i = 0; i < VW; ++i) l += sum[i];
+  return l;
+}
+
+inline void scale_row(float* o, int64_t n, float a) {
+  for (int64_t c = 0; c < n; c += VW) store(o + c, load(o + c) * a);
+}
+
+}  // namespace tiled::mk

@@ -1,0 +1,236 @@
+// Stage 04's tests: the conformance battery (against float64 and stage 01) at several block
+// shapes, bit-identical results for 1, 2 and 4 threads, the counted memory traffic against the
+// formula of common/io_count.hpp, O(N d) extra memory, block sizing from M, and the program's
+// extra flags. No timing here: speed lives in bench_04_tiled_cpu.
+#include <doctest/doctest.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "conformance.hpp"
+#include "io_count.hpp"
+#include "stage_04.hpp"
+#include "tiled.hpp"
+
+namespace {
+
+fa::ForwardFn with_blocks(int64_t Br, int64_t Bc, int threads = 0) {
+  return [=](const fa::AttnProblem& p, const float* Q, const float* K, const float* V, float* O,
+             float* LSE) {
+    tiled::Blocks b;
+    b.Br = Br, b.Bc = Bc, b.threads = threads;
+    tiled::forward<float>(p, Q, K, V, O, LSE, b);
+  };
+}
+
+bool same_bits(const fa::Tensor& a, const fa::Tensor& b) {
+  return a.numel() == b.numel() && std::memcmp(a.ptr(), b.ptr(), a.numel() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("04_tiled_cpu: conformance battery, default blocks (from M = L2)") {
+  fa::check_forward_battery(stage_04().forward);
+}
+
+TEST_CASE("04_tiled_cpu: conformance battery, blocks that do not divide N (Br = 7, Bc = 13)") {
+  fa::check_forward_battery(with_blocks(7, 13));
+}
+
+TEST_CASE("04_tiled_cpu: conformance battery, Br = Bc = 1 (stage 03 one key at a time)") {
+  fa::check_forward_battery(with_blocks(1, 1));
+}
+
+TEST_CASE("04_tiled_cpu: conformance battery, one huge block (Br = Bc = 100000 >= N)") {
+  fa::check_forward_battery(with_blocks(100000, 100000));
+}
+
+TEST_CASE("04_tiled_cpu: conformance battery, blocks from a small M (L1-sized, 32 KiB)") {
+  fa::ForwardFn f = [](const fa::AttnProblem& p, const float* Q, const float* K, const float* V,
+                       float* O, float* LSE) {
+    tiled::forward<float>(p, Q, K, V, O, LSE, tiled::blocks_from_sram(32 << 10, p.d));
+  };
+  fa::check_forward_battery(f);
+}
+
+TEST_CASE("04_tiled_cpu: 1, 2 and 4 threads give bit-identical O and LSE") {
+  // Ragged blocks, causal with fully masked rows, GQA, and enough query blocks for every thread.
+  fa::AttnProblem probs[3];
+  probs[0].B = 2, probs[0].H = 4, probs[0].H_kv = 2, probs[0].N_q = 301, probs[0].N_k = 257;
+  probs[0].d = 40, probs[0].causal = true;
+  probs[1].B = 1, probs[1].H = 3, probs[1].H_kv = 1, probs[1].N_q = 190, probs[1].N_k = 333;
+  probs[1].d = 64;
+  probs[2] = probs[0];
+  probs[2].causal = false, probs[2].d = 128;
+  for (const fa::AttnProblem& p : probs) {
+    const fa::Inputs in = fa::random_inputs(p, 3);
+    for (auto [Br, Bc] : {std::pair<int64_t, int64_t>{16, 48}, {7, 13}}) {
+      INFO(p.describe() << " Br=" << Br << " Bc=" << Bc);
+      const fa::ForwardRun one = fa::run_forward(with_blocks(Br, Bc, 1), in);
+      for (int t : {2, 4}) {
+        INFO("threads " << t);
+        const fa::ForwardRun many = fa::run_forward(with_blocks(Br, Bc, t), in);
+        CHECK(same_bits(one.O, many.O));
+        CHECK(same_bits(one.LSE, many.LSE));
+      }
+    }
+  }
+}
+
+TEST_CASE("04_tiled_cpu: counted HBM traffic equals the formula (common/io_count.hpp)") {
+  struct Cfg {
+    fa::AttnProblem p;
+    int64_t Br, Bc;
+  };
+  std::vector<Cfg> cfgs;
+  auto add = [&](int64_t B, int64_t H, int64_t Hkv, int64_t Nq, int64_t Nk, int64_t d, bool causal,
+                 int64_t Br, int64_t Bc) {
+    fa::AttnProblem p;
+    p.B = B, p.H = H, p.H_kv = Hkv, p.N_q = Nq, p.N_k = Nk, p.d = d, p.causal = causal;
+    cfgs.push_back({p, Br, Bc});
+  };
+  add(1, 1, 1, 256, 256, 32, false, 64, 128);  // divides: K, V read N_q / Br times
+  add(1, 1, 1, 256, 256, 32, true, 64, 64);    // causal: blocks above the diagonal skipped
+  add(2, 4, 2, 301, 257, 40, true, 7, 13);     // ragged, GQA, rows that see no key
+  add(1, 2, 1, 100, 300, 16, true, 32, 50);    // N_q < N_k, bottom-right
+  add(1, 1, 1, 50, 50, 8, false, 1, 1);
+  add(1, 1, 1, 50, 50, 8, false, 1000, 1000);  // one block: every element moves exactly once
+  for (const Cfg& c : cfgs) {
+    const fa::AttnProblem& p = c.p;
+    INFO(p.describe() << " Br=" << c.Br << " Bc=" << c.Bc);
+    const fa::Inputs in = fa::random_inputs(p, 5);
+    fa::Tensor O(in.Q.shape), LSE({p.B, p.H, p.N_q});
+    fa::IoCount io;
+    tiled::Blocks b;
+    b.Br = c.Br, b.Bc = c.Bc, b.io = &io, b.threads = 2;
+    tiled::forward<float>(p, in.Q.ptr(), in.K.ptr(), in.V.ptr(), O.ptr(), LSE.ptr(), b);
+    const fa::IoCount f = fa::tiled_io(p, std::min(c.Br, p.N_q), std::min(c.Bc, p.N_k));
+    CHECK(io.hbm_read == f.hbm_read);
+    CHECK(io.hbm_write == f.hbm_write);
+    CHECK(io.sram > 0);
+  }
+  // The closed forms behind the formula, by hand:
+  {  // non-causal, Br | N_q: Q once, K and V once per query block, O and LSE once.
+    const Cfg& c = cfgs[0];
+    const int64_t N = 256, d = 32, Tr = N / c.Br;
+    const fa::IoCount f = fa::tiled_io(c.p, c.Br, c.Bc);
+    CHECK(f.hbm_read == N * d + Tr * 2 * N * d);
+    CHECK(f.hbm_write == N * d + N);
+  }
+  {  // causal, Br = Bc = 64, N = 256: query block i reads key blocks 0..i, 1+2+3+4 = 10 blocks.
+    const Cfg& c = cfgs[1];
+    const fa::IoCount f = fa::tiled_io(c.p, 64, 64);
+    CHECK(f.hbm_read == 256 * 32 + 10 * 2 * 64 * 32);
+  }
+  {  // one block: exactly the sizes of Q, K, V in and O, LSE out.
+    const Cfg& c = cfgs[5];
+    const fa::IoCount f = fa::tiled_io(c.p, 50, 50);
+    CHECK(f.hbm_read == 3 * 50 * 8);
+    CHECK(f.hbm_write == 50 * 8 + 50);
+  }
+  {  // Br = Bc = 1 moves what stage 03 moves on the same problem (non-causal).
+    const Cfg& c = cfgs[4];
+    CHECK(fa::tiled_io(c.p, 1, 1).hbm() == fa::io_stage03(c.p).hbm());
+  }
+  {  // Theorem 2: with the paper's blocks and M <= 4 d^2 the count is 8 N^2 d^2 / M + O(N d).
+    fa::AttnProblem p;
+    p.N_q = p.N_k = 1024, p.d = 64;
+    for (int64_t M_bytes : {4096, 16384, 65536}) {
+      const tiled::Blocks b = tiled::blocks_from_sram(M_bytes, p.d);
+      const double lead = fa::theorem2_leading(p, double(M_bytes) / 4);
+      const double got = double(fa::tiled_io(p, b.Br, b.Bc).hbm());
+      INFO("M = " << M_bytes << " bytes");
+      CHECK(got == doctest::Approx(lead + 2.0 * 1024 * 64 + 1024));
+    }
+  }
+  // Counting is opt-in: without a counter the same call runs and nothing is counted.
+  fa::AttnProblem p;
+  p.N_q = p.N_k = 20, p.d = 8;
+  const fa::Inputs in = fa::random_inputs(p, 1);
+  CHECK_NOTHROW(fa::run_forward(with_blocks(4, 4), in));
+}
+
+TEST_CASE("04_tiled_cpu: block sizes from M follow Alg. 1 line 1 (Bc = ceil(M/4d), Br = min(Bc, d))") {
+  tiled::Blocks b = tiled::blocks_from_sram(32 << 10, 64);  // M = 8192 floats
+  CHECK(b.Bc == 32);
+  CHECK(b.Br == 32);
+  b = tiled::blocks_from_sram(1 << 20, 64);  // M = 262144 floats
+  CHECK(b.Bc == 1024);
+  CHECK(b.Br == 64);
+  b = tiled::blocks_from_sram(1000, 7);  // M = 250: ceil(250 / 28) = 9
+  CHECK(b.Bc == 9);
+  CHECK(b.Br == 7);
+  b = tiled::blocks_from_sram(4, 512);  // a budget below one row still gives 1 x 1 blocks
+  CHECK(b.Bc == 1);
+  CHECK(b.Br == 1);
+}
+
+TEST_CASE("04_tiled_cpu: extra memory is O(N d): the block buffers, independent of N") {
+  // Measured (common/memtrack.hpp), single thread so one set of buffers: Br = Bc = 64 blocks.
+  int64_t bytes[2];
+  int k = 0;
+  for (int64_t N : {512, 2048}) {
+    fa::AttnProblem p;
+    p.N_q = p.N_k = N, p.d = 64;
+    bytes[k++] = fa::run_forward(with_blocks(64, 64, 1), fa::random_inputs(p, 2)).extra_bytes;
+  }
+  CHECK(bytes[0] == bytes[1]);
+  // Qi, Kt, Vj, S, Oi: 5 blocks of 64 x 64 floats, m and l: 2 x 64, plus allocator slack.
+  const int64_t buffers = (5 * 64 * 64 + 2 * 64) * 4;
+  CHECK(bytes[1] >= buffers);
+  CHECK(bytes[1] < buffers + 4096);
+}
+
+// ---- The program's extra flags (the common ones are tested in 01_naive) ----
+namespace {
+namespace fs = std::filesystem;
+struct Ran {
+  int code;
+  std::string out, err;
+};
+Ran run(const std::string& args) {
+  const fs::path dir = fs::temp_directory_path() / "fa_test_04_cli";
+  fs::create_directories(dir);
+  const std::string cmd = std::string(STAGE_BIN) + " " + args + " >" + (dir / "o.txt").string() +
+                          " 2>" + (dir / "e.txt").string();
+  const int status = std::system(cmd.c_str());
+  auto slurp = [](const fs::path& f) {
+    std::ifstream s(f);
+    return std::string((std::istreambuf_iterator<char>(s)), std::istreambuf_iterator<char>());
+  };
+  Ran r{WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(dir / "o.txt"), slurp(dir / "e.txt")};
+  fs::remove_all(dir);
+  return r;
+}
+}  // namespace
+
+TEST_CASE("04_tiled_cpu program: --block-q/--block-k/--threads/--io-report") {
+  const Ran r = run("--batch 1 --heads 1 --kv-heads 1 --seq-q 100 --seq-k 90 --head-dim 16 --causal --block-q 7 --block-k 13 "
+                    "--threads 2 --io-report");
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 0);
+  // The counted row of the IO table equals the formula row.
+  fa::AttnProblem p;
+  p.N_q = 100, p.N_k = 90, p.d = 16, p.causal = true;
+  const fa::IoCount f = fa::tiled_io(p, 7, 13);
+  CHECK(r.out.find("Br = 7, Bc = 13") != std::string::npos);
+  const std::string total = std::to_string(f.hbm());
+  const size_t counted = r.out.find("04_tiled_cpu (counted)");
+  REQUIRE(counted != std::string::npos);
+  CHECK(r.out.find(total, counted) < r.out.find('\n', counted));
+  CHECK(r.out.find("Theorem 2") != std::string::npos);
+  // Errors against stage 01 are in the report and small.
+  CHECK(r.out.find("O   vs stage 01") != std::string::npos);
+
+  for (const char* bad : {"--block-q 0", "--block-k -3", "--sram-bytes x", "--threads 0"}) {
+    INFO(bad);
+    const Ran e = run(std::string("--seq-q 8 ") + bad);
+    CHECK(e.code == 2);
+    CHECK(std::count(e.err.begin(), e.err.end(), '\n') == 1);
+  }
+}

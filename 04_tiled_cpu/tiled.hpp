@@ -1,0 +1,178 @@
+// Stage 04: FlashAttention's forward on a CPU, tiled the way Dao et al. 2022 (Algorithm 1) tile it.
+//
+// Stage 03 already needs only O(d) extra memory per query row: a running max m, a running sum l
+// and a running output o (the online softmax). But it still reads every key and value row from
+// main memory once per query row, N_q * N_k * d elements each for K and V. The one new idea here:
+// work on BLOCKS. Copy Br query rows and Bc key/value rows into small buffers that fit on chip
+// (the "SRAM"), compute the Br x Bc block of scores S there, fold it into the running (m, l, O)
+// of all Br rows at once, and move on. Each K_j, V_j block fetched from main memory (the "HBM")
+// is now used by Br query rows instead of one, so the traffic drops by a factor Br
+// (Theorem 2: Theta(N^2 d^2 / M) accesses for an SRAM of M elements).
+//
+// Loop order: FA2's (Dao 2023, Algorithm 1), not the 2022 paper's. The 2022 Algorithm 1 puts the
+// key/value loop outside (line 5) and the query loop inside (line 7), so O_i, l_i, m_i go back and
+// forth to HBM on every step (its lines 8 and 13). FA2 swaps them: each query block is loaded
+// once, visits every key/value block, and is written once, dividing by l a single time at the end.
+// That also makes query blocks independent: the outer loop is the parallel one (OpenMP over
+// batch x head x query block) and the result cannot depend on the thread count.
+//
+// Block sizes: the 2022 paper sizes blocks from the SRAM size M (in elements):
+//   Bc = ceil(M / 4d)  (Q_i, K_j, V_j, O_i of ~Bc x d each fit in M),  Br = min(Bc, d)   (line 1)
+// default_blocks() uses M = the L2 cache of one core (`--sram-bytes` overrides it).
+//
+// Shapes and layout (common/problem.hpp): Q, O [B,H,N_q,d]; K, V [B,H_kv,N_k,d]; LSE [B,H,N_q].
+// The micro-kernels (microkernel.hpp) are float32 only; T is kept for the common signature.
+#pragma once
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "io_count.hpp"
+#include "microkernel.hpp"
+#include "problem.hpp"
+
+namespace tiled {
+
+struct Blocks {
+  int64_t Br = 0;            // query rows per block (0: from M)
+  int64_t Bc = 0;            // key/value rows per block (0: from M)
+  int threads = 0;           // OpenMP threads (0: omp_get_max_threads())
+  fa::IoCount* io = nullptr; // when set, add the elements moved (common/io_count.hpp)
+};
+
+// The paper's block sizes for an SRAM of M_bytes (Algorithm 1, line 1), in float32 elements.
+inline Blocks blocks_from_sram(int64_t M_bytes, int64_t d) {
+  const int64_t M = std::max<int64_t>(1, M_bytes / int64_t(sizeof(float)));
+  Blocks b;
+  b.Bc = (M + 4 * d - 1) / (4 * d);
+  b.Br = std::min(b.Bc, d);
+  return b;
+}
+
+// M = the L2 cache of one core (the CPU's closest analogue of a GPU's shared memory in size).
+inline int64_t default_sram_bytes() {
+  const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  return l2 > 0 ? l2 : 1 << 20;
+}
+
+inline Blocks default_blocks(int64_t d) { return blocks_from_sram(default_sram_bytes(), d); }
+
+template <class T>
+void forward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, T* O, T* LSE,
+             const Blocks& blk) {
+  static_assert(std::is_same_v<T, float>, "stage 04's micro-kernels are float32");
+  using namespace mk;
+  const Blocks def = default_blocks(p.d);
+  const int64_t d = p.d;
+  const int64_t Br = std::min(blk.Br > 0 ? blk.Br : def.Br, p.N_q);
+  const int64_t Bc = std::min(blk.Bc > 0 ? blk.Bc : def.Bc, p.N_k);
+  const int64_t Tr = (p.N_q + Br - 1) / Br;           // number of query blocks
+  const float scale = p.resolved_scale();
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  const int64_t Bcp = round_up(Bc, VW), dp = round_up(d, VW);  // padded to whole vectors
+  const int threads = blk.threads > 0 ? blk.threads : omp_get_max_threads();
+
+#pragma omp parallel num_threads(threads)
+  {
+    // The "SRAM": this thread's block buffers, O(Br d + Bc d + Br Bc) floats, whatever N is.
+    std::vector<float> Qi(Br * d), Kt(d * Bcp), Vj(Bc * dp, 0.f), S(Br * Bcp), Oi(Br * dp);
+    std::vector<float> m(Br), l(Br);
+    fa::IoCount io;
+
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < p.B * p.H * Tr; ++t) {  // one task = (batch, head, query block)
+      const int64_t b = t / (p.H * Tr), h = t / Tr % p.H, r0 = t % Tr * Br;
+      const int64_t br = std::min(Br, p.N_q - r0);  // the last block may be ragged
+
+      // Load Q_i into SRAM once; O_i = 0, l_i = 0, m_i = -inf on chip (Alg. 1 lines 2 and 8).
+      for (int64_t r = 0; r < br; ++r) {
+        const T* q = Q + p.q_offset(b, h, r0 + r);
+        std::copy(q, q + d, Qi.data() + r * d);
+        std::fill(Oi.data() + r * dp, Oi.data() + (r + 1) * dp, 0.f);
+        m[r] = neg_inf, l[r] = 0.f;
+      }
+      // Causal: the block's last row sees the most keys; key blocks past them are skipped whole.
+      const int64_t keys_needed = p.keys_seen(r0 + br - 1);
+
+      for (int64_t c0 = 0; c0 < keys_needed; c0 += Bc) {  // Alg. 1 line 5 (FA2: the inner loop)
+        const int64_t bc = std::min(Bc, p.N_k - c0);
+        // Causal: keys of this block past keys_needed are masked for every row; skip computing them.
+        const int64_t bn = std::min(bc, keys_needed - c0), bcp = round_up(bn, VW);
+
+        // Load K_j and V_j into SRAM (line 6). K_j goes in transposed, Kt[x][c] = K_j[c][x], so
+        // that the micro-kernel reads keys as contiguous vectors; VW keys at a time, so the reads
+        // (VW rows) and the writes (runs of VW) both stay in L1.
+        const T* Kj = K + p.kv_offset(b, h, c0);
+        const T* Vsrc = V + p.kv_offset(b, h, c0);  // rows c0 .. c0 + bc - 1 are contiguous
+        for (int64_t cb = 0; cb < bc; cb += VW)
+          for (int64_t x = 0; x < d; ++x)
+            for (int64_t c = cb; c < std::min(cb + VW, bc); ++c) Kt[x * Bcp + c] = Kj[c * d + x];
+        for (int64_t c = 0; c < bc; ++c)
+          std::copy(Vsrc + c * d, Vsrc + (c + 1) * d, Vj.data() + c * dp);
+        if (blk.io) io.hbm_read += 2 * bc * d;
+
+        // S_ij = scale * Q_i K_j^T, a br x bc block, on chip (line 9).
+        gemm_qk(Qi.data(), br, d, Kt.data(), Bcp, bcp, scale, S.data(), Bcp);
+
+        // Only a block that crosses the diagonal needs a mask: its last key is past what the
+        // block's first row may see.
+        const bool crosses = p.causal && c0 + bc > p.keys_seen(r0);
+        for (int64_t r = 0; r < br; ++r) {
+          float* s = S.data() + r * Bcp;
+          const int64_t seen = crosses ? std::clamp<int64_t>(p.keys_seen(r0 + r) - c0, 0, bn) : bn;
+          std::fill(s + seen, s + bcp, neg_inf);  // masked keys and the padding past bn
+
+          // Online softmax update of row r (lines 10-11; stage 03's update, Br rows at a time):
+          //   m_new = max(m, rowmax(S)),  P = exp(S - m_new),  l = e^(m - m_new) l + rowsum(P)
+          //   O_i  <- e^(m - m_new) O_i   (the P V_j term is added below, line 12)
+          const float m_new = std::max(m[r], row_max(s, bcp));
+          // A row that has seen no key yet keeps m = -inf; subtract 0 instead, so -inf - -inf
+          // never makes a NaN (stage 03's exp_minus()).
+          const float m_use = m_new == neg_inf ? 0.f : m_new;
+          const float alpha = std::exp(m[r] - m_use);  // rescales what was summed so far
+          l[r] = alpha * l[r] + exp_sub_sum(s, bcp, m_use);  // s now holds P (unnormalised)
+          if (alpha != 1.f) scale_row(Oi.data() + r * dp, dp, alpha);
+          m[r] = m_new;
+        }
+        // O_i += P_ij V_j (line 12, without the division: FA2 divides once, at the end).
+        gemm_pv(S.data(), Bcp, br, bn, Vj.data(), dp, dp, Oi.data(), dp);
+        // SRAM accesses by the arithmetic (scalar model): two operands per multiply-add in both
+        // GEMMs, S written, read twice (max, exp) and P written; O_i rescaled (read + write).
+        if (blk.io) io.sram += 4 * br * bn * d + 4 * br * bn + 2 * br * d;
+      }
+
+      // Write O_i = O_i / l_i and LSE_i = m_i + log(l_i) to HBM, once (FA2 lines 12-14).
+      // A row that saw no key (causal, N_q > N_k) has l = 0: O = 0 and LSE = -inf, never NaN.
+      for (int64_t r = 0; r < br; ++r) {
+        T* o = O + p.q_offset(b, h, r0 + r);
+        const float* acc = Oi.data() + r * dp;
+        if (l[r] == 0.f) {
+          std::fill(o, o + d, 0.f);
+          LSE[p.lse_offset(b, h, r0 + r)] = neg_inf;
+          continue;
+        }
+        for (int64_t x = 0; x < d; ++x) o[x] = acc[x] / l[r];
+        LSE[p.lse_offset(b, h, r0 + r)] = m[r] + std::log(l[r]);
+      }
+      if (blk.io) io.hbm_read += br * d, io.hbm_write += br * d + br;
+    }
+    if (blk.io) {
+#pragma omp critical
+      *blk.io += io;
+    }
+  }
+}
+
+// The stage's default: blocks from M = the L2 size, all OpenMP threads.
+template <class T>
+void forward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, T* O, T* LSE) {
+  forward(p, Q, K, V, O, LSE, Blocks{});
+}
+
+}  // namespace tiled

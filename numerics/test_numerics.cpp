@@ -1,0 +1,231 @@
+// Tests of the numerics chapter: the 16-bit formats (lowp.hpp) on known values, their arithmetic
+// against exact rounding, and a tiny precision experiment whose properties are asserted (the
+// claims docs/numerics.md makes from the full experiment, at a size that runs in seconds).
+#include <doctest/doctest.h>
+
+#include <bit>
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "experiment.hpp"
+#include "lowp.hpp"
+
+using lowp::BFloat16;
+using lowp::Half;
+
+namespace {
+float f32(uint32_t bits) { return std::bit_cast<float>(bits); }
+uint16_t bf(float x) { return lowp::bf16_bits_from_float(x); }
+uint16_t hf(float x) { return lowp::fp16_bits_from_float(x); }
+}  // namespace
+
+TEST_CASE("bf16: round to nearest, ties to even, on known values") {
+  CHECK(bf(1.0f) == 0x3F80);
+  CHECK(bf(-1.5f) == 0xBFC0);
+  CHECK(bf(1.0f + 0x1p-8f) == 0x3F80);              // tie between 1 and 1 + 2^-7: even is 1
+  CHECK(bf(1.0f + 3 * 0x1p-8f) == 0x3F82);          // tie between 1 + 2^-7 and 1 + 2^-6: even is up
+  CHECK(bf(1.0f + 0x1p-8f + 0x1p-20f) == 0x3F81);   // just above the tie: up
+  CHECK(bf(1.0f + 0x1p-8f - 0x1p-23f) == 0x3F80);   // just below the tie: down
+  CHECK(bf(0.1f) == 0x3DCD);                        // 0x3DCCCCCD -> 0x3DCD
+  CHECK(bf(3.14159265f) == 0x4049);                 // 0x40490FDB -> 0x4049
+  // Subnormals: bf16 keeps float32's exponent range, so its subnormals are float32's, truncated.
+  CHECK(bf(f32(0x00010000)) == 0x0001);  // 2^-133, the smallest bf16 subnormal
+  CHECK(bf(f32(0x00008000)) == 0x0000);  // 2^-134: tie between 0 and 2^-133, even is 0
+  CHECK(bf(f32(0x00018000)) == 0x0002);  // 1.5 * 2^-133: tie, even is 2 * 2^-133
+  CHECK(bf(f32(0x00000001)) == 0x0000);  // 2^-149 rounds to 0
+  CHECK(bf(f32(0x007FFFFF)) == 0x0080);  // largest float32 subnormal rounds up to 2^-126 (normal)
+  // Overflow: past the halfway point above the largest finite bf16 (0x7F7F) it is infinity.
+  CHECK(bf(f32(0x7F7F7FFF)) == 0x7F7F);
+  CHECK(bf(f32(0x7F7F8000)) == 0x7F80);  // tie, 0x7F7F is odd: rounds up, to infinity
+  CHECK(bf(FLT_MAX) == 0x7F80);
+  CHECK(bf(-FLT_MAX) == 0xFF80);
+  CHECK(bf(INFINITY) == 0x7F80);
+  // NaN stays NaN, even one whose payload is only in the low 16 bits (plain truncation + rounding
+  // would make 0x7F800001 infinity).
+  for (uint32_t nan : {0x7F800001u, 0x7FC00000u, 0xFFC00000u, 0x7FFFFFFFu, 0x7F80FFFFu}) {
+    const uint16_t b = bf(f32(nan));
+    CHECK((b & 0x7F80) == 0x7F80);
+    CHECK((b & 0x007F) != 0);
+    CHECK(std::isnan(float(BFloat16::from_bits(b))));
+  }
+  // Every bf16 value survives bf16 -> float32 -> bf16.
+  for (uint32_t b = 0; b < 0x10000; ++b) {
+    const float x = lowp::float_from_bf16_bits(uint16_t(b));
+    if (!std::isnan(x)) REQUIRE(bf(x) == b);
+  }
+}
+
+TEST_CASE("bf16 from double is correctly rounded (no double rounding through float32)") {
+  // 1 + 2^-8 + 2^-40 rounds to float32 as 1 + 2^-8 (a bf16 tie), which would then go to 1.
+  CHECK(lowp::bf16_bits_from_double(1.0 + 0x1p-8 + 0x1p-40) == 0x3F81);
+  CHECK(lowp::bf16_bits_from_double(1.0 + 0x1p-8 - 0x1p-40) == 0x3F80);
+  CHECK(lowp::bf16_bits_from_double(1.0 + 0x1p-8) == 0x3F80);
+  CHECK(lowp::bf16_bits_from_double(-(1.0 + 3 * 0x1p-8 - 0x1p-45)) == 0xBF81);
+}
+
+TEST_CASE("fp16 (_Float16): round to nearest even on known values") {
+  CHECK(hf(1.0f) == 0x3C00);
+  CHECK(hf(1.0f + 0x1p-11f) == 0x3C00);      // tie, even is 1
+  CHECK(hf(1.0f + 3 * 0x1p-11f) == 0x3C02);  // tie, even is up
+  CHECK(hf(65504.f) == 0x7BFF);              // largest finite
+  CHECK(hf(65519.f) == 0x7BFF);
+  CHECK(hf(65520.f) == 0x7C00);              // tie above 65504 (odd): infinity
+  CHECK(hf(0x1p-24f) == 0x0001);             // smallest subnormal
+  CHECK(hf(0x1p-25f) == 0x0000);             // tie with 0: even
+  CHECK(hf(1.5f * 0x1p-24f) == 0x0002);      // tie: even
+  CHECK(hf(0x1p-14f) == 0x0400);             // smallest normal
+  CHECK(std::isnan(float(Half(NAN))));
+  CHECK(float(Half(std::exp(11.1f))) == INFINITY);  // exp(11.1) = 66171 > 65504
+  CHECK(float(Half(std::exp(11.0f))) == 59872.f);   // exp(11) = 59874.1 -> 59872 (ulp 32)
+}
+
+TEST_CASE("Half and BFloat16 arithmetic is correctly rounded, every operation") {
+  // The exact sum/product of two 16-bit values is a double; rounding that double once to the
+  // format is the correct result. The types compute in float32 and round again: must be equal.
+  std::mt19937 gen(42);
+  std::uniform_int_distribution<uint32_t> any(0, 0xFFFF);
+  auto check = [&](auto tag) {
+    using N = decltype(tag);
+    int bad = 0;
+    for (int t = 0; t < 200000; ++t) {
+      const N a = N::from_bits(uint16_t(any(gen))), b = N::from_bits(uint16_t(any(gen)));
+      const double x = float(a), y = float(b);
+      if (!std::isfinite(x) || !std::isfinite(y)) continue;
+      const N want_add = N(x + y), want_mul = N(x * y), want_div = N(x / y);
+      if (std::isnan(x / y)) continue;
+      bad += (a + b).bits != want_add.bits && !(float(a + b) == 0 && float(want_add) == 0);
+      bad += (a * b).bits != want_mul.bits && !(float(a * b) == 0 && float(want_mul) == 0);
+      bad += (a / b).bits != want_div.bits && !(float(a / b) == 0 && float(want_div) == 0);
+    }
+    CHECK(bad == 0);
+  };
+  check(Half{});
+  check(BFloat16{});
+  // Stagnation, the root of the summation error: adding 1 to 2048 (fp16) or 256 (bf16) is a tie
+  // that rounds back to the even neighbour.
+  CHECK(float(Half(2048.f) + Half(1.f)) == 2048.f);
+  CHECK(float(Half(1024.f) + Half(1.f)) == 1025.f);
+  CHECK(float(BFloat16(256.f) + BFloat16(1.f)) == 256.f);
+  CHECK(float(BFloat16(128.f) + BFloat16(1.f)) == 129.f);
+}
+
+TEST_CASE("numeric_limits of the 16-bit types") {
+  using LH = std::numeric_limits<Half>;
+  using LB = std::numeric_limits<BFloat16>;
+  CHECK(float(LH::infinity()) == INFINITY);
+  CHECK(std::isnan(float(LH::quiet_NaN())));
+  CHECK(float(LH::max()) == 65504.f);
+  CHECK(float(LH::lowest()) == -65504.f);
+  CHECK(float(LH::epsilon()) == 0x1p-10f);
+  CHECK(float(LB::infinity()) == INFINITY);
+  CHECK(std::isnan(float(LB::quiet_NaN())));
+  CHECK(float(LB::max()) == f32(0x7F7F0000));
+  CHECK(float(LB::lowest()) == -f32(0x7F7F0000));
+  CHECK(float(LB::epsilon()) == 0x1p-7f);
+  CHECK(-LH::infinity() < Half(0.f));
+}
+
+namespace {
+const numx::Row& find(const std::vector<numx::Row>& rows, const std::string& format,
+                      const std::string& accum, const std::string& order, int64_t Bc = 0) {
+  for (const auto& r : rows)
+    if (r.format == format && r.accum == accum && r.order == order && r.Bc == Bc) return r;
+  FAIL("no row " << format << "/" << accum << " " << order << " Bc=" << Bc);
+  return rows.front();
+}
+}  // namespace
+
+TEST_CASE("exact-arithmetic case: every order and format gives the exact answer, bit for bit") {
+  // All scores 0 (Q = 0): every exp is exactly 1, l = N exactly, and with N a power of two and V
+  // small integers every P_j = 1/N, every partial sum and O are exact in fp32, fp16 and bf16.
+  // Rounding has nothing to do, so the orders must agree exactly: "online softmax is exact".
+  numx::Input in = numx::random_input("exact", 64, 8, 16, 1.0, 1);
+  for (auto& x : in.Q.data) x = 0.f;
+  for (size_t e = 0; e < in.V.data.size(); ++e) in.V.data[e] = float(int(e * 7 % 9) - 4);
+  numx::Options opt;
+  opt.blocks = {1, 3, 16, 64};
+  opt.ablation = true;
+  const auto rows = numx::run_input(in, opt);
+  CHECK(rows.size() > 40);
+  for (const auto& r : rows) {
+    INFO(r.format << "/" << r.accum << " " << r.order << " Bc=" << r.Bc);
+    CHECK(r.O_max_abs == 0.0);
+    CHECK(r.O_vs_safe == 0.0);
+    CHECK(r.nonfinite == 0);
+  }
+}
+
+TEST_CASE("random inputs: rounding the inputs dominates when the arithmetic is fp32") {
+  const numx::Input in = numx::random_input("randn", 256, 16, 64, 1.0, 5);
+  numx::Options opt;
+  opt.blocks = {1, 16, 256};
+  const auto rows = numx::run_input(in, opt);
+  for (const auto& [fmt, u] : {std::pair{"fp16", 0x1p-11}, std::pair{"bf16", 0x1p-8}})
+    for (const auto& r : rows) {
+      if (r.format != fmt || r.accum != "fp32") continue;
+      INFO(r.format << "/" << r.accum << " " << r.order << " Bc=" << r.Bc);
+      // The computation's own error (vs float64 on the rounded inputs) is fp32-sized: far below
+      // the input rounding unit times |V| ...
+      CHECK(r.O_max_abs_cmp < 1e-3 * u * r.max_abs_V);
+      // ... and the error the user sees is set by the inputs' rounding: >= 100x larger, below a
+      // few units of u |V|.
+      CHECK(r.O_max_abs > 100 * r.O_max_abs_cmp);
+      CHECK(r.O_max_abs < 4 * u * r.max_abs_V);
+      // Every fp32 evaluation order of the same rounded inputs agrees to fp32 rounding.
+      CHECK(r.O_vs_safe < 1e-6);
+    }
+  // Storage-precision arithmetic is clearly worse than fp32 arithmetic on the same inputs.
+  CHECK(find(rows, "fp16", "fp16", "online").O_max_abs > 2 * find(rows, "fp16", "fp32", "online").O_max_abs);
+  CHECK(find(rows, "bf16", "bf16", "safe").O_max_abs > 2 * find(rows, "bf16", "fp32", "safe").O_max_abs);
+  // The float64 control: the orders differ by float64 rounding only.
+  for (const auto& r : rows)
+    if (r.accum == "fp64") CHECK(r.O_vs_safe < 1e-14);
+  // merge() with the empty state is exact, so one block of N keys is stage 03's forward exactly.
+  for (const char* acc : {"fp32", "fp16", "fp64"}) {
+    const char* fmt = std::string(acc) == "fp16" ? "fp16" : "fp32";
+    const auto& a = find(rows, fmt, acc, "online");
+    const auto& b = find(rows, fmt, acc, "merge", 256);
+    CHECK(a.O_max_abs == b.O_max_abs);
+    CHECK(a.O_rms == b.O_rms);
+    CHECK(a.LSE_max_abs == b.LSE_max_abs);
+  }
+}
+
+TEST_CASE("fp16/bf16 arithmetic goes wrong where it must") {
+  // Nearly uniform rows: l grows to ~N. Summed in fp16 it stops at 2048 (adding ~1 is a tie that
+  // rounds back), in bf16 at 256; LSE = m + log(l) is then short by ~log(N / 2048) or log(N/256).
+  const numx::Input flat = numx::random_input("flat", 4096, 4, 64, 0.05, 9);
+  numx::Options opt;
+  opt.blocks = {4096};
+  opt.naive = false;
+  const auto rows = numx::run_input(flat, opt);
+  for (const char* order : {"safe", "online"}) {
+    INFO(order);
+    CHECK(find(rows, "fp16", "fp16", order).LSE_max_abs > 0.5);  // log 2 = 0.69
+    CHECK(find(rows, "bf16", "bf16", order).LSE_max_abs > 2.0);  // log 16 = 2.77
+    CHECK(find(rows, "fp16", "fp32", order).LSE_max_abs < 1e-3);
+    CHECK(find(rows, "bf16", "fp32", order).LSE_max_abs < 1e-2);
+  }
+  // fp16's range: |q.k| above 65504 is infinity when the dot product is accumulated in fp16.
+  numx::Input big = numx::random_input("x64", 64, 16, 64, 64.0, 6464);
+  for (auto& x : big.K.data) x *= 64.f;
+  numx::Options o2;
+  o2.blocks = {16};
+  const auto r2 = numx::run_input(big, o2);
+  CHECK(find(r2, "fp16", "fp16", "safe").nonfinite > 0);
+  CHECK(find(r2, "fp16", "fp16", "online").nonfinite > 0);
+  CHECK(find(r2, "fp16", "fp32", "safe").nonfinite == 0);
+  CHECK(find(r2, "bf16", "bf16", "safe").nonfinite == 0);  // bf16 has float32's range
+  // No max subtraction (stage 01): exp(S) overflows fp16 once S > ln 65504 = 11.09.
+  // MiniLM layer 0 has logits up to 69: stage 01 in fp16 fails, stage 02 in fp16 does not.
+  numx::Options o3;
+  o3.blocks = {256};
+  o3.formats = {"fp16"};
+  o3.fp64_control = false;
+  const auto r3 = numx::run_input(numx::minilm_input(0), o3);
+  CHECK(find(r3, "fp16", "fp16", "naive").nonfinite > 0);
+  CHECK(find(r3, "fp16", "fp16", "safe").nonfinite == 0);
+  CHECK(find(r3, "fp16", "fp32", "naive").nonfinite == 0);  // exp(69) = 9e29 fits in float32
+}
