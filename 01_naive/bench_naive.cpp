@@ -7,6 +7,6 @@
 static void BM_naive_forward(benchmark::State& state) {
   fa::bench_forward(state, naive::forward<float>, fa::bench_problem(state.range(0), 64));
 }
-BENCHMARK(BM_naive_forward)->RangeMultiplier(2)->Range(256, 4096)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_naive_forward)->RangeMultiplier(2)->Range(256, 4096)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();

@@ -1,6 +1,6 @@
 // Stage 01 as the programs, the tour and the benchmarks see it (common/stage.hpp).
 #pragma once
-#include "naive.hpp"
+#include "naive_backward.hpp"
 #include "stage.hpp"
 
 inline fa::Stage stage_01() {

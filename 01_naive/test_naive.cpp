@@ -13,7 +13,7 @@
 #include <tuple>
 
 #include "conformance.hpp"
-#include "naive.hpp"
+#include "naive_backward.hpp"
 #include "npy.hpp"
 #include "reference.hpp"
 #include "rng.hpp"
@@ -98,7 +98,7 @@ TEST_CASE("01_naive materialises S and P: measured extra memory >= 2 * B*H*N_q*N
   CHECK(r.extra_bytes < SP + SP / 10);
 }
 
-// ---- The program's CLI contract (design.md): run the real binary. ----
+// ---- The program's CLI contract (README.md, "Every program takes the same flags"): run the real binary. ----
 namespace {
 namespace fs = std::filesystem;
 
@@ -175,6 +175,21 @@ TEST_CASE("01_naive program: bad input -> one line on stderr, exit 2, no output 
   fa::write_npy((dir / "qnan.npy").string(), qn, "q");
   // A truncated file.
   { std::ofstream f(dir / "short.npy", std::ios::binary); f << "\x93NUMPY"; }
+  // A 64-byte file whose header claims 4e9 floats (must be refused before allocating 16 GB).
+  {
+    std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (1, 1, 4000000000, 1), }";
+    while ((10 + header.size() + 1) % 64) header += ' ';
+    header += '\n';
+    std::ofstream f(dir / "forged.npy", std::ios::binary);
+    const unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)header.size(), 0};
+    f.write((const char*)pre, 10);
+    f << header;
+  }
+  // Values whose float32 dot products overflow (1e30 * 1e30).
+  fa::write_npy((dir / "huge.npy").string(), fa::Tensor({1, 1, 4, 32}, 1e30f), "q");
+  fa::write_npy((dir / "v4.npy").string(), fa::Tensor({1, 1, 4, 32}, 1.f), "v");
+  // A symbolic link as an output (a missing file name with a newline is below).
+  fs::create_symlink(dir / "target.npy", dir / "link.npy");
 
   const std::pair<std::string, std::string> cases[] = {
       {"--q " + (dir / "q35.npy").string() + " --k " + K + " --v " + V, "--q"},
@@ -192,6 +207,20 @@ TEST_CASE("01_naive program: bad input -> one line on stderr, exit 2, no output 
       {"--seq-q 4 --q " + K + " --k " + K + " --v " + V, "--q"},
       {"--no-such-flag", "no-such-flag"},
       {"--seq-q 4 --out /nonexistent-dir/o.npy", "--out"},
+      {"--heads 4611686018427387904 --seq-q 4 --head-dim 4", "2^40"},
+      {"--seq-q 2000000000 --head-dim 2000000000 --heads 1", "2^40"},
+      {"--q " + (dir / "forged.npy").string() + " --k " + K + " --v " + V, "bytes"},
+      {"--q " + (dir / "huge.npy").string() + " --k " + (dir / "huge.npy").string() + " --v " +
+           (dir / "v4.npy").string(), "overflow"},
+      {"--q " + dir.string() + " --k " + K + " --v " + V, "folder"},
+      {"--q '" + (dir / "missing\nname.npy").string() + "' --k " + K + " --v " + V, "--q"},
+      {"--q " + data + "/minilm_l0_q.npy --k " + K + " --v " + V + " --out " + data + "/minilm_l0_q.npy", "the same file"},
+      {"--seq-q 4 --out " + out.string() + " --lse " + out.string(), "the same file"},
+      {"--seq-q 4 --out " + out.string() + " --lse " + (dir / "link.npy").string(), "symbolic link"},
+      {"--seq-q 4 --out " + out.string() + " --lse /proc/l.npy", "--lse"},
+      {"--seq-q 4 --scale 0", "--scale"},
+      {"--seq-q 4 --seq-k 0", "--seq-k"},
+      {"--seq-q 4 --kv-heads 0", "--kv-heads"},
   };
   for (const auto& [args, mention] : cases) {
     INFO("args: " << args);

@@ -8,6 +8,6 @@
 static void BM_safe_softmax_forward(benchmark::State& state) {
   fa::bench_forward(state, safe_softmax::forward<float>, fa::bench_problem(state.range(0), 64));
 }
-BENCHMARK(BM_safe_softmax_forward)->RangeMultiplier(2)->Range(256, 4096)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_safe_softmax_forward)->RangeMultiplier(2)->Range(256, 4096)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();

@@ -7,13 +7,14 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <vector>
 
 #include "errors.hpp"
 #include "npy.hpp"
 
 namespace fa {
 
-void add_common_flags(CLI::App& app, CliFlags& f, bool backward) {
+void add_common_flags(CLI::App& app, CliFlags& f, bool backward, bool outputs) {
   AttnProblem& p = f.p;
   p.B = 1, p.H = 4, p.H_kv = 0, p.N_q = 256, p.N_k = 0, p.d = 64;  // 0: "same as" (see make_inputs)
   f.shape_opts[0] = app.add_option("--batch", p.B, "batch size B (default 1)");
@@ -23,7 +24,7 @@ void add_common_flags(CLI::App& app, CliFlags& f, bool backward) {
   f.shape_opts[4] = app.add_option("--seq-k", p.N_k, "key length N_k (default N_q)");
   f.shape_opts[5] = app.add_option("--head-dim", p.d, "head dimension d (default 64)");
   app.add_flag("--causal", p.causal, "bottom-right aligned causal mask: query i sees key j iff j <= i + N_k - N_q");
-  app.add_option("--scale", p.scale, "softmax scale (default 1/sqrt(d))");
+  f.scale_opt = app.add_option("--scale", p.scale, "softmax scale (default 1/sqrt(d))");
   app.add_option("--seed", f.seed, "seed of the random inputs (default 0)");
   auto* q = app.add_option("--q", f.q, "Q as .npy (float32, [B,H,N_q,d], [H,N_q,d] or [N_q,d])");
   auto* k = app.add_option("--k", f.k, "K as .npy (float32, [B,H_kv,N_k,d] ...)");
@@ -33,8 +34,10 @@ void add_common_flags(CLI::App& app, CliFlags& f, bool backward) {
   v->needs(q)->needs(k);
   for (auto* o : f.shape_opts) o->excludes(q)->excludes(k)->excludes(v);
   app.add_option("--dtype", f.dtype, "element type: fp32 (CPU stages), fp16 or bf16 (GPU stages)");
-  app.add_option("--out", f.out, "write O as .npy (float32, [B,H,N_q,d])");
-  app.add_option("--lse", f.lse, "write LSE as .npy (float32, [B,H,N_q], natural log)");
+  if (outputs) {
+    app.add_option("--out", f.out, "write O as .npy (float32, [B,H,N_q,d])");
+    app.add_option("--lse", f.lse, "write LSE as .npy (float32, [B,H,N_q], natural log)");
+  }
   if (backward) {
     app.add_option("--do", f.dO, "dO as .npy (shape of Q; default random normal)");
     app.add_option("--dq", f.dq, "write dQ as .npy");
@@ -46,13 +49,17 @@ void add_common_flags(CLI::App& app, CliFlags& f, bool backward) {
 }
 
 Inputs make_inputs(const CliFlags& f) {
+  // scale 0 means "1/sqrt(d)" inside AttnProblem; typed on the command line it is an error.
+  if (f.scale_opt && f.scale_opt->count() > 0 && f.p.scale == 0.f)
+    throw InputError("--scale", "a finite number > 0", "0");
   if (!f.q.empty()) return load_inputs(f.q, f.k, f.v, f.p.causal, f.p.scale);
   bool shape_given = false;
   for (auto* o : f.shape_opts) shape_given |= o && o->count() > 0;
   if (!shape_given) return default_inputs(f.p.causal, f.p.scale);
   AttnProblem p = f.p;
-  if (p.H_kv == 0) p.H_kv = p.H;
-  if (p.N_k == 0) p.N_k = p.N_q;
+  // Not given: H_kv = H and N_k = N_q. Given as 0: validate() rejects it.
+  if (f.shape_opts[2]->count() == 0) p.H_kv = p.H;
+  if (f.shape_opts[4]->count() == 0) p.N_k = p.N_q;
   return random_inputs(p, f.seed);
 }
 
@@ -63,41 +70,92 @@ void check_dtype(const CliFlags& f, const std::string& supported) {
 }
 
 void check_output_paths(const CliFlags& f) {
+  namespace fs = std::filesystem;
   const std::pair<const char*, const std::string*> outs[] = {
       {"--out", &f.out}, {"--lse", &f.lse}, {"--dq", &f.dq}, {"--dk", &f.dk}, {"--dv", &f.dv}};
+  const std::pair<const char*, const std::string*> ins[] = {
+      {"--q", &f.q}, {"--k", &f.k}, {"--v", &f.v}, {"--do", &f.dO}};
+  std::vector<std::pair<std::string, fs::path>> seen;  // (flag, canonical path) of inputs and outputs
+  std::error_code ec;
+  for (auto& [flag, path] : ins)
+    if (!path->empty()) seen.emplace_back(flag, fs::weakly_canonical(*path, ec));
   for (auto& [flag, path] : outs) {
     if (path->empty()) continue;
-    std::filesystem::path dir = std::filesystem::path(*path).parent_path();
+    const std::string who = std::string(flag) + " " + *path;
+    fs::path dir = fs::path(*path).parent_path();
     if (dir.empty()) dir = ".";
-    std::error_code ec;
-    if (!std::filesystem::is_directory(dir, ec) || access(dir.c_str(), W_OK) != 0)
-      throw InputError(std::string(flag) + " " + *path, "a path in an existing writable folder",
+    if (!fs::is_directory(dir, ec) || access(dir.c_str(), W_OK) != 0)
+      throw InputError(who, "a path in an existing writable folder",
                        "folder '" + dir.string() + "' missing or not writable");
-    if (std::filesystem::is_directory(*path, ec))
-      throw InputError(std::string(flag) + " " + *path, "a file path", "a folder");
+    // Only regular files are (re)placed: never a folder, a device, a pipe or a symbolic link.
+    const fs::file_status st = fs::symlink_status(*path, ec);
+    if (fs::exists(st) && !fs::is_regular_file(st))
+      throw InputError(who, "a new or regular file",
+                       fs::is_directory(st) ? "a folder" : fs::is_symlink(st) ? "a symbolic link" : "a special file");
+    const fs::path canon = fs::weakly_canonical(*path, ec);
+    for (auto& [other, p] : seen)
+      if (p == canon) throw InputError(who, "a path different from " + other, "the same file");
+    seen.emplace_back(flag, canon);
   }
 }
 
+namespace {
+// One line, always: control characters (a newline in a file name...) are shown escaped.
+std::string one_line(const std::string& s) {
+  std::string r;
+  for (unsigned char c : s) {
+    if (c >= 0x20 && c != 0x7f) {
+      r += char(c);
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      r += buf;
+    }
+  }
+  return r;
+}
+}  // namespace
+
 int run_program(CLI::App& app, int argc, char** argv, const std::function<int()>& body) {
+  const std::string name = app.get_name();
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
     std::cout << app.help();
     return 0;
   } catch (const CLI::ParseError& e) {
-    std::cerr << app.get_name() << ": " << e.what() << " (see --help)\n";
+    std::cerr << name << ": " << one_line(e.what()) << " (see --help)\n";
     return kExitBadInput;
   }
   try {
     return body();
   } catch (const InputError& e) {
-    std::cerr << app.get_name() << ": " << e.what() << "\n";
+    std::cerr << name << ": " << one_line(e.what()) << "\n";
     return kExitBadInput;
   } catch (const std::bad_alloc&) {
-    std::cerr << app.get_name() << ": memory: expected the problem to fit in RAM, found it does not"
-              << " (try a smaller --seq-q/--seq-k or --no-check)\n";
+    std::cerr << name << ": memory: expected the problem to fit in RAM, found it does not"
+              << " (try a smaller --seq-q/--seq-k, or --no-check to skip the O(N^2) baselines)\n";
+    return kExitBadInput;
+  } catch (const std::length_error&) {
+    std::cerr << name << ": memory: expected the problem to fit in RAM, found it does not"
+              << " (try a smaller --seq-q/--seq-k, or --no-check to skip the O(N^2) baselines)\n";
     return kExitBadInput;
   }
+}
+
+void warn_nonfinite(const std::string& prog, const char* what, const Tensor& x, bool lse) {
+  int64_t bad = 0;
+  for (float e : x.data) bad += lse ? std::isnan(e) || e == INFINITY : !std::isfinite(e);
+  if (!bad) return;
+  std::cerr << prog << ": warning: " << what << " has " << bad << " non-finite values";
+  if (prog.rfind("01_naive", 0) == 0)
+    std::cerr << " (stage 01's exp overflows float32 for logits above ~88.7; stage 02 subtracts the row max)";
+  std::cerr << "\n";
+}
+
+nlohmann::json problem_json(const AttnProblem& p) {
+  return {{"B", p.B},     {"H", p.H}, {"H_kv", p.H_kv},       {"N_q", p.N_q},
+          {"N_k", p.N_k}, {"d", p.d}, {"causal", p.causal}, {"scale", p.resolved_scale()}};
 }
 
 std::string human_bytes(int64_t bytes) {
@@ -123,19 +181,11 @@ std::string num(double x) {
   return buf;
 }
 
-// "never a silent NaN": a stage output with NaN/Inf is reported on stderr as well.
-void warn_nonfinite(const std::string& prog, const char* what, const Tensor& x, bool lse) {
-  int64_t bad = 0;
-  for (float e : x.data) bad += lse ? std::isnan(e) || e == INFINITY : !std::isfinite(e);
-  if (bad)
-    std::cerr << prog << ": warning: " << what << " has " << bad << " non-finite values"
-              << " (exp overflows float32 for logits above ~88.7; stage 02 subtracts the row max)\n";
-}
-
 }  // namespace
 
 int stage_main(int argc, char** argv, const Stage& stage,
-               const std::function<void(CLI::App&)>& extra_flags) {
+               const std::function<void(CLI::App&)>& extra_flags,
+               const std::function<void(const Inputs&, nlohmann::json&, std::ostream&)>& extra_report) {
   CLI::App app{stage.name + ": " + stage.idea, stage.name};
   CliFlags f;
   add_common_flags(app, f, bool(stage.backward));
@@ -155,9 +205,7 @@ int stage_main(int argc, char** argv, const Stage& stage,
     j["stage"] = stage.name;
     j["idea"] = stage.idea;
     j["input"] = in.source;
-    j["problem"] = {{"B", in.p.B}, {"H", in.p.H}, {"H_kv", in.p.H_kv}, {"N_q", in.p.N_q},
-                    {"N_k", in.p.N_k}, {"d", in.p.d}, {"causal", in.p.causal},
-                    {"scale", in.p.resolved_scale()}};
+    j["problem"] = problem_json(in.p);
     j["forward"] = {{"ms", fr.ms}, {"extra_bytes", fr.extra_bytes},
                     {"gflops", in.p.forward_flops() / (fr.ms * 1e6)}};
     if (bwd) j["backward"] = {{"ms", br.ms}, {"extra_bytes", br.extra_bytes},
@@ -205,14 +253,15 @@ int stage_main(int argc, char** argv, const Stage& stage,
       warn_nonfinite(stage.name, "dK", br.dK, false);
       warn_nonfinite(stage.name, "dV", br.dV, false);
     }
-    // Outputs last: every check that can fail has run, and each file is written atomically.
-    if (!f.out.empty()) write_npy(f.out, fr.O, "--out");
-    if (!f.lse.empty()) write_npy(f.lse, fr.LSE, "--lse");
-    if (bwd) {
-      if (!f.dq.empty()) write_npy(f.dq, br.dQ, "--dq");
-      if (!f.dk.empty()) write_npy(f.dk, br.dK, "--dk");
-      if (!f.dv.empty()) write_npy(f.dv, br.dV, "--dv");
-    }
+    if (extra_report) extra_report(in, j, txt);
+    // Outputs last: every check that can fail has run, and the files are written all or nothing.
+    std::vector<NpyOut> outs;
+    if (!f.out.empty()) outs.push_back({f.out, &fr.O, "--out"});
+    if (!f.lse.empty()) outs.push_back({f.lse, &fr.LSE, "--lse"});
+    if (!f.dq.empty()) outs.push_back({f.dq, &br.dQ, "--dq"});
+    if (!f.dk.empty()) outs.push_back({f.dk, &br.dK, "--dk"});
+    if (!f.dv.empty()) outs.push_back({f.dv, &br.dV, "--dv"});
+    write_npy_all(outs);
     if (f.json) std::cout << j.dump(2) << "\n";
     else std::cout << txt.str();
     return 0;

@@ -1,4 +1,4 @@
-// The one CLI contract every stage program and the tour follow (design.md, "One CLI contract").
+// The one CLI contract every stage program and the tour follow (README.md, "Every program takes the same flags").
 //
 //   problem from flags : --batch --heads --kv-heads --seq-q --seq-k --head-dim --causal --scale --seed
 //   or from files      : --q F --k F --v F   (.npy float32, C order, [B,H,N,d] | [H,N,d] | [N,d])
@@ -10,6 +10,8 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json.hpp>
+#include <ostream>
 #include <string>
 
 #include "harness.hpp"
@@ -27,10 +29,12 @@ struct CliFlags {
   bool json = false;
   bool no_check = false;
   CLI::Option* shape_opts[6] = {};  // to tell whether any shape flag was given
+  CLI::Option* scale_opt = nullptr;
 };
 
-// Registers the contract's flags on app. `backward` adds --do/--dq/--dk/--dv.
-void add_common_flags(CLI::App& app, CliFlags& f, bool backward);
+// Registers the contract's flags on app. `backward` adds --do/--dq/--dk/--dv; `outputs` adds
+// --out/--lse (the tour runs several stages and writes no output files).
+void add_common_flags(CLI::App& app, CliFlags& f, bool backward, bool outputs = true);
 
 // Builds the inputs the flags describe: files if --q/--k/--v, random if any shape flag, else the
 // default real input. Throws InputError.
@@ -39,8 +43,9 @@ Inputs make_inputs(const CliFlags& f);
 // Throws InputError unless --dtype is one this program supports (CPU stages: fp32).
 void check_dtype(const CliFlags& f, const std::string& supported = "fp32");
 
-// Checks that each non-empty output path can be created (its folder exists and is writable), so a
-// run never fails after part of its output is written. Throws InputError naming the flag.
+// Checks that each non-empty output path can be written before anything runs: its folder exists
+// and is writable, it is a new or regular file (never a folder, device or symlink), and it differs
+// from every input file and every other output. Throws InputError naming the flag.
 void check_output_paths(const CliFlags& f);
 
 // Parses argv, runs body(), and turns errors into the contract's behaviour: InputError or a flag
@@ -48,9 +53,18 @@ void check_output_paths(const CliFlags& f);
 int run_program(CLI::App& app, int argc, char** argv, const std::function<int()>& body);
 
 // The whole main() of a stage program: flags, inputs, run, compare, report, outputs.
-// extra_flags lets a stage add its own options (e.g. block sizes) before parsing.
+// extra_flags lets a stage add its own options (e.g. block sizes) before parsing; extra_report
+// adds to the report after the run (fields of the --json document, lines of the text report).
 int stage_main(int argc, char** argv, const Stage& stage,
-               const std::function<void(CLI::App&)>& extra_flags = {});
+               const std::function<void(CLI::App&)>& extra_flags = {},
+               const std::function<void(const Inputs&, nlohmann::json&, std::ostream&)>& extra_report = {});
+
+// "never a silent NaN": prints one warning line on stderr if x holds NaN or Inf (for LSE, -inf is
+// legitimate: a row that sees no key).
+void warn_nonfinite(const std::string& prog, const char* what, const Tensor& x, bool lse);
+
+// The problem as a JSON object (B, H, H_kv, N_q, N_k, d, causal, scale), for --json reports.
+nlohmann::json problem_json(const AttnProblem& p);
 
 // "3.0 MiB"-style rendering of a byte count.
 std::string human_bytes(int64_t bytes);

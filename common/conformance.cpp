@@ -6,7 +6,7 @@
 #include <functional>
 #include <limits>
 
-#include "naive.hpp"
+#include "naive_backward.hpp"
 #include "npy.hpp"
 #include "reference.hpp"
 #include "rng.hpp"

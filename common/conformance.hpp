@@ -1,5 +1,5 @@
 // The conformance battery: one list of attention problems that every stage runs, and the rule
-// that judges a stage on each of them (design.md, "How correctness is proven").
+// that judges a stage on each of them (README.md, "How correctness is proven").
 //
 // The rule (as FlashAttention's own test-suite uses it): for every output X in {O, LSE},
 //   err(stage) <= 2 * err(stage 01 in float32) + floor,     err = max_i |X_i - X_i(float64)|

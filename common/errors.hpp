@@ -12,7 +12,7 @@ struct InputError : std::runtime_error {
       : std::runtime_error(arg + ": expected " + expected + ", found " + found) {}
 };
 
-// Exit code for bad input, shared by every program (design.md, CLI contract).
+// Exit code for bad input, shared by every program (README.md, "Every program takes the same flags").
 inline constexpr int kExitBadInput = 2;
 
 }  // namespace fa

@@ -1,11 +1,12 @@
 #include "harness.hpp"
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 
 #include "errors.hpp"
 #include "memtrack.hpp"
-#include "naive.hpp"
+#include "naive_backward.hpp"
 #include "npy.hpp"
 #include "reference.hpp"
 #include "rng.hpp"
@@ -24,6 +25,9 @@ std::string default_data_dir() {
 
 Inputs default_inputs(bool causal, float scale) {
   const std::string dir = default_data_dir();
+  if (!std::filesystem::exists(dir + "/minilm_l0_q.npy"))
+    throw InputError("default input " + dir, "data/minilm_l0_{q,k,v}.npy (or pass --q/--k/--v, or shape flags)",
+                     "no such files (set FA_DATA_DIR to the repository's data/ folder)");
   Inputs in = load_inputs(dir + "/minilm_l0_q.npy", dir + "/minilm_l0_k.npy",
                           dir + "/minilm_l0_v.npy", causal, scale);
   in.source = "all-MiniLM-L6-v2 layer 0 Q/K/V of the Gettysburg Address, 256 tokens (" + dir + ")";
@@ -50,6 +54,39 @@ void to_bhnd(Tensor& x, const std::string& arg) {
 }
 }  // namespace
 
+namespace {
+// Largest Euclidean norm of a row of x ([..., d]), in double.
+double max_row_norm(const Tensor& x) {
+  const int64_t d = x.shape.back();
+  double mx = 0;
+  for (int64_t r = 0; r < x.numel() / d; ++r) {
+    double s = 0;
+    for (int64_t c = 0; c < d; ++c) s += double(x[r * d + c]) * double(x[r * d + c]);
+    mx = std::max(mx, s);
+  }
+  return std::sqrt(mx);
+}
+}  // namespace
+
+void check_float32_range(const Inputs& in, float scale) {
+  // |partial sums of q . k| <= |q| |k| (Cauchy-Schwarz): below this no float32 dot product, and
+  // no running output sum_j p_j v_j (|.| <= N_k max|v|), can overflow.
+  const double limit = 1e37;
+  const double s = scale != 0.f ? double(scale) : 1.0 / std::sqrt(double(in.Q.shape.back()));
+  const double qk = max_row_norm(in.Q) * max_row_norm(in.K) * std::max(1.0, s);
+  if (qk > limit) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.3g", qk);
+    throw InputError("--q/--k", "max |q_i| |k_j| max(1, scale) <= 1e37 (float32 dot products must not overflow)", buf);
+  }
+  const double vmax = max_abs_finite(in.V.ptr(), in.V.numel()) * double(in.V.shape[2]);
+  if (vmax > limit) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.3g", vmax);
+    throw InputError("--v", "max |v| * N_k <= 1e37 (float32 output sums must not overflow)", buf);
+  }
+}
+
 Inputs load_inputs(const std::string& q, const std::string& k, const std::string& v, bool causal,
                    float scale) {
   Inputs in;
@@ -73,6 +110,7 @@ Inputs load_inputs(const std::string& q, const std::string& k, const std::string
   check_finite(in.Q, "--q " + q);
   check_finite(in.K, "--k " + k);
   check_finite(in.V, "--v " + v);
+  check_float32_range(in, scale);
   in.p.B = sq[0];
   in.p.H = sq[1];
   in.p.N_q = sq[2];

@@ -25,10 +25,16 @@ std::string default_data_dir();
 Inputs default_inputs(bool causal, float scale);
 
 // Load Q, K, V from .npy files (float32, C order; [B,H,N,d], [H,N,d] or [N,d]) and check that they
-// form one problem: same B, K and V of one shape, one d, H % H_kv == 0, no NaN/Inf.
+// form one problem: same B, K and V of one shape, one d, H % H_kv == 0, no NaN/Inf, and values
+// whose float32 products cannot overflow (check_float32_range).
 // Throws InputError naming the flag (--q, --k, --v) on any violation.
 Inputs load_inputs(const std::string& q, const std::string& k, const std::string& v, bool causal,
                    float scale);
+
+// Throws InputError if float32 arithmetic on these inputs could overflow before any softmax
+// (max |q_i| |k_j| max(1, scale) or max |v| N_k above 1e37): such inputs would give NaN in every
+// stage, including those that subtract the row max. `scale` 0 means 1/sqrt(d).
+void check_float32_range(const Inputs& in, float scale);
 
 // Random inputs: every element normal(0, 1), from the seed (common/rng.hpp).
 Inputs random_inputs(const AttnProblem& p, uint64_t seed);

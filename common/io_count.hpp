@@ -82,17 +82,18 @@ inline IoCount io_stage03(const AttnProblem& p) {
 // Stage 04 (04_tiled_cpu/tiled.hpp) with blocks Br x Bc, exactly what its block copies move:
 // per (b, h) and query block of br rows (the last one may be ragged):
 //   read  Q_i once                                     br d
-//         K_j and V_j of every key block it visits     2 d * keys_loaded
+//         K and V rows of every key it visits          2 d * keys_loaded
 //   write O_i, LSE_i once                              br d + br
-// keys_loaded = N_k without a mask; with the causal mask, key blocks entirely above the diagonal
-// (past the last key the block's last row sees) are skipped, so keys_loaded is that last key
-// rounded up to a block edge (capped at N_k).
+// keys_loaded = N_k without a mask; with the causal mask, the keys the block's last row sees
+// (keys_seen of that row): key blocks entirely above the diagonal are skipped, and the block that
+// crosses the diagonal is loaded only up to that key, not to its block edge. So Bc does not
+// appear: it changes how the keys are cut into blocks, not how many are loaded.
 inline IoCount tiled_io(const AttnProblem& p, int64_t Br, int64_t Bc) {
+  (void)Bc;  // kept in the signature: the count is the same for every Bc (see above)
   IoCount c;
   for (int64_t r0 = 0; r0 < p.N_q; r0 += Br) {
     const int64_t br = std::min(Br, p.N_q - r0);
-    const int64_t seen = p.keys_seen(r0 + br - 1);
-    const int64_t keys_loaded = std::min(p.N_k, (seen + Bc - 1) / Bc * Bc);
+    const int64_t keys_loaded = p.keys_seen(r0 + br - 1);
     c.hbm_read += br * p.d + 2 * p.d * keys_loaded;
     c.hbm_write += br * p.d + br;
   }

@@ -1,7 +1,7 @@
 // Error metrics between a result x and a reference r of the same size (element by element).
-// Non-finite handling is strict: if x and r disagree on a non-finite value (NaN anywhere, or an
-// infinity where the reference has a different value) the max error is +inf, so NaN never passes.
-// Equal infinities (LSE = -inf on a row that sees no key, in both) count as error 0.
+// Non-finite handling is strict: a NaN or +inf anywhere in x or r, or a -inf in one but not the
+// other, makes the max error +inf, so NaN never passes. Only -inf in both (LSE of a row that sees
+// no key) counts as error 0.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -28,7 +28,7 @@ ErrorStats compare(const X* x, const R* r, int64_t n) {
       diff = std::fabs(xi - ri);
       num += diff * diff;
       den += ri * ri;
-    } else if (xi == ri) {  // the same infinity
+    } else if (xi == ri && xi < 0) {  // both -inf: LSE of a row that sees no key
       diff = 0;
     } else {
       diff = std::numeric_limits<double>::infinity();

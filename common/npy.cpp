@@ -1,12 +1,16 @@
 #include "npy.hpp"
 
 #include <cstdio>
+#include <charconv>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <sstream>
 
 #include "errors.hpp"
+
+#include <unistd.h>
 
 namespace fa {
 
@@ -18,6 +22,8 @@ std::string shape_str(const std::vector<int64_t>& shape) {
 
 Tensor read_npy(const std::string& path, const std::string& arg) {
   const std::string who = arg + " " + path;
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw InputError(who, "a .npy file", "a folder");
   std::ifstream f(path, std::ios::binary);
   if (!f) throw InputError(who, "a readable .npy file", "a file that cannot be opened");
   char magic[8] = {};
@@ -59,12 +65,12 @@ Tensor read_npy(const std::string& path, const std::string& arg) {
   std::string tok;
   while (std::getline(dims, tok, ',')) {
     if (tok.find_first_not_of(" \t") == std::string::npos) continue;
-    try {
-      shape.push_back(std::stoll(tok));
-    } catch (...) {
-      throw InputError(who, "integer dimensions in 'shape'", "'" + tok + "'");
-    }
-    if (shape.back() < 0) throw InputError(who, "non-negative dimensions", tok);
+    const size_t a = tok.find_first_not_of(" \t"), z = tok.find_last_not_of(" \t");
+    int64_t dim = -1;
+    const auto [end, err] = std::from_chars(tok.data() + a, tok.data() + z + 1, dim);
+    if (err != std::errc() || end != tok.data() + z + 1 || dim < 0)
+      throw InputError(who, "non-negative integer dimensions in 'shape'", "'" + tok + "'");
+    shape.push_back(dim);
   }
   Tensor x;
   x.shape = shape;
@@ -73,15 +79,26 @@ Tensor read_npy(const std::string& path, const std::string& arg) {
     if (e > 0 && n > (int64_t(1) << 40) / e) throw InputError(who, "fewer than 2^40 elements", shape_str(shape));
     n *= e;
   }
+  // Compare the size the header claims with the file before allocating anything.
+  const std::streamoff data_start = f.tellg();
+  f.seekg(0, std::ios::end);
+  const std::streamoff have = f.tellg() - data_start;
+  if (have != std::streamoff(n * 4))
+    throw InputError(who, std::to_string(n * 4) + " bytes of data for shape " + shape_str(shape),
+                     std::to_string(have) + " bytes");
+  f.seekg(data_start);
   x.data.resize(size_t(n));
   f.read(reinterpret_cast<char*>(x.data.data()), std::streamsize(n * 4));
   if (f.gcount() != std::streamsize(n * 4))
-    throw InputError(who, std::to_string(n * 4) + " bytes of data for shape " + shape_str(shape),
-                     std::to_string(f.gcount()) + " bytes");
+    throw InputError(who, "a readable .npy file", "a read error");
   return x;
 }
 
-void write_npy(const std::string& path, const Tensor& x, const std::string& arg) {
+namespace {
+
+// Writes x as .npy to `tmp`. Throws InputError (naming `arg` and `path`) on any failure.
+void write_npy_to(const std::string& tmp, const std::string& path, const Tensor& x,
+                  const std::string& arg) {
   std::string shape = "(";
   for (size_t i = 0; i < x.shape.size(); ++i) shape += std::to_string(x.shape[i]) + ", ";
   if (x.shape.size() > 1) shape.resize(shape.size() - 2);
@@ -91,25 +108,42 @@ void write_npy(const std::string& path, const Tensor& x, const std::string& arg)
   // Pad so magic(6) + version(2) + length(2) + header + '\n' is a multiple of 64 (the spec's rule).
   while ((10 + header.size() + 1) % 64 != 0) header += ' ';
   header += '\n';
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) throw InputError(arg + " " + path, "a writable path", "one that cannot be opened");
-    const unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0,
-                                   static_cast<unsigned char>(header.size() & 0xff),
-                                   static_cast<unsigned char>(header.size() >> 8)};
-    f.write(reinterpret_cast<const char*>(pre), 10);
-    f.write(header.data(), std::streamsize(header.size()));
-    f.write(reinterpret_cast<const char*>(x.data.data()), std::streamsize(x.data.size() * 4));
-    if (!f) {
-      std::remove(tmp.c_str());
-      throw InputError(arg + " " + path, "a writable path", "a write error");
+  std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+  if (!f) throw InputError(arg + " " + path, "a writable path", "one that cannot be opened");
+  const unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0,
+                                 static_cast<unsigned char>(header.size() & 0xff),
+                                 static_cast<unsigned char>(header.size() >> 8)};
+  f.write(reinterpret_cast<const char*>(pre), 10);
+  f.write(header.data(), std::streamsize(header.size()));
+  f.write(reinterpret_cast<const char*>(x.data.data()), std::streamsize(x.data.size() * 4));
+  f.close();
+  if (!f) throw InputError(arg + " " + path, "a writable path", "a write error");
+}
+
+}  // namespace
+
+void write_npy_all(const std::vector<NpyOut>& outs) {
+  // A temporary name per process, so two runs writing the same output do not collide.
+  const std::string suffix = ".tmp" + std::to_string(getpid());
+  std::vector<std::string> written;
+  try {
+    for (const NpyOut& o : outs) {
+      write_npy_to(o.path + suffix, o.path, *o.x, o.arg);
+      written.push_back(o.path + suffix);
     }
+  } catch (...) {
+    for (const NpyOut& o : outs) std::remove((o.path + suffix).c_str());
+    throw;
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw InputError(arg + " " + path, "a writable path", "a rename error");
-  }
+  for (const NpyOut& o : outs)
+    if (std::rename((o.path + suffix).c_str(), o.path.c_str()) != 0) {
+      for (const std::string& t : written) std::remove(t.c_str());
+      throw InputError(o.arg + " " + o.path, "a writable path", "a rename error");
+    }
+}
+
+void write_npy(const std::string& path, const Tensor& x, const std::string& arg) {
+  write_npy_all({{path, &x, arg}});
 }
 
 }  // namespace fa

@@ -4,19 +4,30 @@
 // the course needs and rejects everything else with an InputError naming the file.
 #pragma once
 #include <string>
+#include <vector>
 
 #include "tensor.hpp"
 
 namespace fa {
 
 // Read a float32 C-order .npy file. `arg` names the flag it came from (for the error message).
-// Throws InputError if the file cannot be opened, is not .npy, is not '<f4', is Fortran order,
-// or is truncated.
+// Throws InputError if the file cannot be opened or is a folder, is not .npy, is not '<f4', is
+// Fortran order, or holds more or fewer data bytes than its shape says (checked before
+// allocating, so a forged header cannot make it allocate memory the file does not back).
 Tensor read_npy(const std::string& path, const std::string& arg);
 
-// Write x as a float32 C-order .npy (format 1.0). Writes to "<path>.tmp" and renames it into place,
-// so a failure never leaves a partial file at `path`. Throws InputError if the file cannot be
-// written.
+// One output file: where, what, and the flag that named it (for error messages).
+struct NpyOut {
+  std::string path;
+  const Tensor* x;
+  std::string arg;
+};
+
+// Write every x as a float32 C-order .npy (format 1.0), all or nothing: each goes to
+// "<path>.tmp<pid>" first, and only when all of them are written are they renamed into place.
+// A failure removes the temporaries and leaves no file at any `path`. Throws InputError.
+void write_npy_all(const std::vector<NpyOut>& outs);
+// The same for one file.
 void write_npy(const std::string& path, const Tensor& x, const std::string& arg);
 
 }  // namespace fa

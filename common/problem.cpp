@@ -1,5 +1,6 @@
 #include "problem.hpp"
 
+#include <initializer_list>
 #include <sstream>
 
 #include "errors.hpp"
@@ -26,6 +27,21 @@ void validate(const AttnProblem& p) {
   if (p.H % p.H_kv != 0)
     throw InputError("--kv-heads", "a divisor of --heads (" + std::to_string(p.H) + ")",
                      std::to_string(p.H_kv));
+  // Sizes whose element counts overflow int64 (or exceed any memory) are rejected up front.
+  const int64_t limit = int64_t(1) << 40;
+  auto elems = [&](std::initializer_list<int64_t> dims) {
+    int64_t n = 1;
+    for (int64_t x : dims)
+      if (__builtin_mul_overflow(n, x, &n) || n > limit) return limit + 1;
+    return n;
+  };
+  if (elems({p.B, p.H, p.N_q, p.d}) > limit || elems({p.B, p.H, p.N_q, p.N_k}) > limit ||
+      elems({p.B, p.H_kv, p.N_k, p.d}) > limit)
+    throw InputError("--batch/--heads/--seq-q/--seq-k/--head-dim",
+                     "B*H*N_q*d, B*H_kv*N_k*d and B*H*N_q*N_k at most 2^40",
+                     "B=" + std::to_string(p.B) + " H=" + std::to_string(p.H) + " H_kv=" +
+                         std::to_string(p.H_kv) + " N_q=" + std::to_string(p.N_q) + " N_k=" +
+                         std::to_string(p.N_k) + " d=" + std::to_string(p.d));
   if (p.scale != 0.f && !(std::isfinite(p.scale) && p.scale > 0.f)) {
     std::ostringstream s;
     s << p.scale;

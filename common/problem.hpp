@@ -1,6 +1,6 @@
 // The attention problem every stage solves, and the index arithmetic they all share.
 //
-// Layout (design.md, "Semantics every stage shares"): every tensor is row-major and contiguous.
+// Layout (README.md, "Shared semantics"): every tensor is row-major and contiguous.
 //   Q, O       : [B, H,    N_q, d]
 //   K, V       : [B, H_kv, N_k, d]      (H % H_kv == 0: GQA/MQA; H_kv == H: plain multi-head)
 //   LSE        : [B, H,    N_q]         (natural log, -inf for a row that sees no key)
@@ -65,7 +65,8 @@ struct AttnProblem {
 };
 
 // Throws InputError (common/errors.hpp) naming the offending field if the problem is not valid:
-// every size >= 1, H % H_kv == 0, scale finite and > 0 when set.
+// every size >= 1, H % H_kv == 0, scale finite and > 0 when set, and the element counts
+// B*H*N_q*d, B*H_kv*N_k*d and B*H*N_q*N_k at most 2^40 (so no size arithmetic can overflow).
 void validate(const AttnProblem& p);
 
 }  // namespace fa

@@ -122,6 +122,9 @@ TEST_CASE("compare(): NaN never passes, equal infinities do") {
   CHECK(e.nonfinite == 1);
   const float y[3] = {1.f, 2.f, -inf};
   CHECK(fa::compare(y, r, 3).max_abs == 0.0);
+  const float z[1] = {inf};  // +inf is never a legitimate output, even where the other has it
+  const double rz[1] = {INFINITY};
+  CHECK(std::isinf(fa::compare(z, rz, 1).max_abs));
 }
 
 TEST_CASE("memtrack: ExtraMemory sees a vector allocated inside its scope, and its peak") {

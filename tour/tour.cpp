@@ -54,7 +54,7 @@ std::string g(double x) {
 int main(int argc, char** argv) {
   CLI::App app{"tour: every stage of the course on one input, side by side", "tour"};
   fa::CliFlags f;
-  fa::add_common_flags(app, f, /*backward=*/false);
+  fa::add_common_flags(app, f, /*backward=*/false, /*outputs=*/false);
   return fa::run_program(app, argc, argv, [&]() -> int {
     fa::check_dtype(f);
     fa::Inputs in = fa::make_inputs(f);
@@ -67,8 +67,9 @@ int main(int argc, char** argv) {
       base.emplace(in, /*with_backward=*/true);
       out(txt, "max |S|: %.4g (largest logit; float32 exp overflows above 88.72)\n", base->max_abs_logit());
     }
-    out(txt, "errors are max |X - X_ref| over all elements; extra memory is measured (peak heap\n"
-             "bytes above inputs and outputs); time is one run, wall clock (benchmarks: bench_*)\n\n");
+    out(txt, "errors are max |X - X_ref| over all elements (backward rows: the largest over dQ, dK,\n"
+             "dV); stage 01 is the baseline, so its 'vs 01' is 0; extra memory is measured (peak\n"
+             "heap bytes above inputs and outputs); time is one run, wall clock (benchmarks: bench_*)\n\n");
     out(txt, "%-28s %-13s %-13s %-13s %-13s %10s\n", "stage", "O vs 01", "O vs f64", "LSE vs f64",
         "extra mem", "time ms");
     out(txt, "%s\n", std::string(95, '-').c_str());
@@ -80,6 +81,8 @@ int main(int argc, char** argv) {
         continue;
       }
       const fa::ForwardRun r = fa::run_forward(e.stage->forward, in);
+      fa::warn_nonfinite("tour: " + e.name, "O", r.O, false);
+      fa::warn_nonfinite("tour: " + e.name, "LSE", r.LSE, true);
       std::string c1 = "-", c2 = "-", c3 = "-";
       nlohmann::json row = {{"stage", e.name}, {"built", true}, {"pass", "forward"},
                             {"ms", r.ms}, {"extra_bytes", r.extra_bytes}};
@@ -100,14 +103,16 @@ int main(int argc, char** argv) {
           d1 = g(std::max({eb.dQ_vs_01.max_abs, eb.dK_vs_01.max_abs, eb.dV_vs_01.max_abs}));
           d2 = g(std::max({eb.dQ_vs_f64.max_abs, eb.dK_vs_f64.max_abs, eb.dV_vs_f64.max_abs}));
         }
-        out(txt, "%-28s %-13s %-13s %-13s %-13s %10.2f\n", ("  " + e.name + " backward").c_str(),
-            d1.c_str(), d2.c_str(), "(dQ,dK,dV)", fa::human_bytes(b.extra_bytes).c_str(), b.ms);
+        out(txt, "%-28s %-13s %-13s %-13s %-13s %10.2f\n", "  backward: dQ, dK, dV", d1.c_str(),
+            d2.c_str(), "-", fa::human_bytes(b.extra_bytes).c_str(), b.ms);
         rows.push_back({{"stage", e.name}, {"built", true}, {"pass", "backward"}, {"ms", b.ms},
                         {"extra_bytes", b.extra_bytes}});
       }
       out(txt, "    idea: %s\n", e.idea.c_str());
     }
-    if (f.json) std::cout << nlohmann::json{{"input", in.source}, {"problem", in.p.describe()}, {"stages", rows}}.dump(2) << "\n";
+    nlohmann::json report = {{"input", in.source}, {"problem", fa::problem_json(in.p)}, {"stages", rows}};
+    if (base) report["max_abs_logit"] = base->max_abs_logit();
+    if (f.json) std::cout << report.dump(2) << "\n";
     else std::cout << txt;
     return 0;
   });
