@@ -1,10 +1,10 @@
 // Stage 02: the same attention as stage 01, with the row max subtracted before exp.
 //
-//   S = scale * Q K^T                  (N_q x N_k, stored)
-//   m = rowmax(S)                      pass 1 over S
-//   l = rowsum(exp(S - m))             pass 2 over S
-//   P = exp(S - m) / l                 pass 3 over S (N_q x N_k, stored)
-//   O = P V
+//   S = scale * Q K^T                  step 1: writes S (N_q x N_k, stored)
+//   m = rowmax(S)                      pass 1: reads S
+//   P = exp(S - m), l = rowsum(P)      pass 2: reads S again, writes P (N_q x N_k, stored)
+//   P = P / l                          pass 3: reads P and writes it back (S is not read again)
+//   O = P V                            step 3: reads P
 //
 // This is the "safe softmax" of Milakov & Gimelshein 2018, eq. (2) / Algorithm 2. Softmax does
 // not change when a constant is subtracted from every entry of a row (README: two-line proof), so
@@ -12,7 +12,9 @@
 // overflows, and the largest term is exactly exp(0) = 1, so l >= 1 never underflows to 0 either.
 // LSE = log(sum_j exp(S_ij)) = m + log(l), again without forming exp(S_ij) itself.
 // What it does NOT fix: S and P are still materialised (2 * B * H * N_q * N_k elements), and
-// each row of S is read three times. Stage 03 removes both.
+// each row goes through memory many times: S written once and read twice (passes 1 and 2), P
+// written twice (passes 2 and 3) and read twice (pass 3 and O = P V). Stage 01 reads S once
+// fewer. Stage 03 keeps none of it.
 //
 // Shapes and layout for every function here (see common/problem.hpp):
 //   Q, O : [B, H, N_q, d]      K, V : [B, H_kv, N_k, d]      LSE : [B, H, N_q]
@@ -78,7 +80,7 @@ void attention_probs(const fa::AttnProblem& p, const T* Q, const T* K, T* S, T* 
           for (int64_t c = 0; c < p.d; ++c) dot += q[c] * k[c];
           s[j] = scale * dot;
         }
-        // Step 2, pass 1: the row max m_i = max_j S_ij (Milakov & Gimelshein eq. (2)).
+        // Step 2, pass 1 (reads S): the row max m_i = max_j S_ij (Milakov & Gimelshein eq. (2)).
         T m = neg_inf;
         for (int64_t j = 0; j < p.N_k; ++j) m = std::max(m, s[j]);
         if (p.keys_seen(i) == 0) {  // nothing to attend to: O_i = 0, LSE_i = -inf, never NaN
@@ -86,14 +88,16 @@ void attention_probs(const fa::AttnProblem& p, const T* Q, const T* K, T* S, T* 
           LSE[p.lse_offset(b, h, i)] = neg_inf;
           continue;
         }
-        // Pass 2: l_i = sum_j exp(S_ij - m_i). Every exponent is <= 0, so no term exceeds 1
-        // and the term at the max is exactly 1: l_i is in [1, N_k], finite whatever the logits.
+        // Pass 2 (reads S, writes P): P_ij = exp(S_ij - m_i), l_i = sum_j P_ij. Every exponent
+        // is <= 0, so no term exceeds 1 and the term at the max is exactly 1: l_i is in [1, N_k],
+        // finite whatever the logits.
         T l = 0;
         for (int64_t j = 0; j < p.N_k; ++j) {
           pr[j] = std::exp(s[j] - m);
           l += pr[j];
         }
-        // Pass 3: P_ij = exp(S_ij - m_i) / l_i, the same value as exp(S_ij) / sum_j exp(S_ij).
+        // Pass 3 (reads and writes P, not S): P_ij = exp(S_ij - m_i) / l_i, the same value as
+        // exp(S_ij) / sum_j exp(S_ij).
         for (int64_t j = 0; j < p.N_k; ++j) pr[j] /= l;
         LSE[p.lse_offset(b, h, i)] = m + std::log(l);
       }

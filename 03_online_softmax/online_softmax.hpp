@@ -61,7 +61,7 @@ void softmax(In x, Out y, int64_t n) {
 }
 
 // The running state of one query row over a set of keys J (Milakov & Gimelshein's (m, d) pair
-// with the output carried along):
+// with the output carried along; their d is the running sum, our l, not the head dimension d):
 template <class T>
 struct State {
   T m = -std::numeric_limits<T>::infinity();  // max_{j in J} S_ij (-inf for no key)
@@ -88,7 +88,7 @@ void add_key(State<T>& st, T s, const T* v) {
 }
 
 // The state over A u B from the states over two disjoint key sets A and B (Milakov & Gimelshein
-// Section 3.1's operator on (m, d) pairs; Dao et al. 2022 Section 3.1, softmax of a concatenation):
+// Section 3.1's operator on (m, d) = (m, l) pairs; Dao et al. 2022 Section 3.1, softmax of a concatenation):
 //   m = max(m_a, m_b),  l = l_a exp(m_a - m) + l_b exp(m_b - m),  o = o_a exp(m_a - m) + o_b exp(m_b - m).
 // Associative and commutative (up to rounding); merging with empty_state() changes nothing.
 template <class T>

@@ -21,7 +21,7 @@ namespace {
 struct Config {
   int64_t sram_bytes = 0, Br = 0, Bc = 0;
   int threads = 0;
-  bool io_report = false, json = false;
+  bool io_report = false;
 };
 
 tiled::Blocks resolve(const Config& c, int64_t d) {
@@ -40,7 +40,7 @@ std::string fmt(double x) {
 
 // The --io-report table. Elements; one float32 element = 4 bytes.
 void io_report(const fa::AttnProblem& p, const tiled::Blocks& blk, const fa::IoCount& counted,
-               bool json) {
+               nlohmann::json& report, std::ostream& text) {
   const int64_t Br = std::min(blk.Br, p.N_q), Bc = std::min(blk.Bc, p.N_k);
   const fa::IoCount s1 = fa::io_stage01(p), s2 = fa::io_stage02(p), s3 = fa::io_stage03(p);
   const fa::IoCount f4 = fa::tiled_io(p, Br, Bc);
@@ -88,9 +88,8 @@ void io_report(const fa::AttnProblem& p, const tiled::Blocks& blk, const fa::IoC
     sweep.push_back({{"M_bytes", M}, {"Br", br}, {"Bc", bc}, {"hbm", c.hbm()}, {"theorem2", bound}});
   }
   j["sweep"] = sweep;
-  // With --json, stdout holds the stage report as one JSON document; the IO report goes to stderr.
-  if (json) std::cerr << j.dump() << "\n";
-  else std::cout << t.str();
+  report["io_report"] = j;  // with --json: a field of the one JSON document on stdout
+  text << t.str();
 }
 
 }  // namespace
@@ -109,18 +108,20 @@ int main(int argc, char** argv) {
     ran = p;
     tiled::forward<float>(p, Q, K, V, O, LSE, b);
   };
-  const int rc = fa::stage_main(argc, argv, stage, [&](CLI::App& app) {
-    app.add_option("--sram-bytes", cfg.sram_bytes, "on-chip budget M in bytes (default: L2 size)")
-        ->check(CLI::PositiveNumber);
-    app.add_option("--block-q", cfg.Br, "Br, query rows per block (default: min(Bc, d))")
-        ->check(CLI::PositiveNumber);
-    app.add_option("--block-k", cfg.Bc, "Bc, key rows per block (default: ceil(M / 4d))")
-        ->check(CLI::PositiveNumber);
-    app.add_option("--threads", cfg.threads, "OpenMP threads (default: all)")
-        ->check(CLI::PositiveNumber);
-    app.add_flag("--io-report", cfg.io_report, "print the HBM traffic of stages 01-04");
-    app.parse_complete_callback([&app, &cfg] { cfg.json = app.get_option("--json")->count() > 0; });
-  });
-  if (rc == 0 && cfg.io_report && ran) io_report(*ran, used, counted, cfg.json);
-  return rc;
+  return fa::stage_main(
+      argc, argv, stage,
+      [&](CLI::App& app) {
+        app.add_option("--sram-bytes", cfg.sram_bytes, "on-chip budget M in bytes (default: L2 size)")
+            ->check(CLI::Range(int64_t(16), int64_t(1) << 34));
+        app.add_option("--block-q", cfg.Br, "Br, query rows per block (default: min(Bc, d))")
+            ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+        app.add_option("--block-k", cfg.Bc, "Bc, key rows per block (default: ceil(M / 4d))")
+            ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+        app.add_option("--threads", cfg.threads, "OpenMP threads (default: all)")
+            ->check(CLI::Range(1, 256));
+        app.add_flag("--io-report", cfg.io_report, "report the HBM traffic of stages 01-04");
+      },
+      [&](const fa::Inputs&, nlohmann::json& report, std::ostream& text) {
+        if (cfg.io_report && ran) io_report(*ran, used, counted, report, text);
+      });
 }

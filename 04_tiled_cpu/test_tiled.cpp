@@ -96,6 +96,7 @@ TEST_CASE("04_tiled_cpu: counted HBM traffic equals the formula (common/io_count
   };
   add(1, 1, 1, 256, 256, 32, false, 64, 128);  // divides: K, V read N_q / Br times
   add(1, 1, 1, 256, 256, 32, true, 64, 64);    // causal: blocks above the diagonal skipped
+  add(1, 1, 1, 256, 256, 32, true, 64, 128);   // causal, a key block crossing the diagonal
   add(2, 4, 2, 301, 257, 40, true, 7, 13);     // ragged, GQA, rows that see no key
   add(1, 2, 1, 100, 300, 16, true, 32, 50);    // N_q < N_k, bottom-right
   add(1, 1, 1, 50, 50, 8, false, 1, 1);
@@ -127,14 +128,20 @@ TEST_CASE("04_tiled_cpu: counted HBM traffic equals the formula (common/io_count
     const fa::IoCount f = fa::tiled_io(c.p, 64, 64);
     CHECK(f.hbm_read == 256 * 32 + 10 * 2 * 64 * 32);
   }
+  {  // causal, Br = 64, Bc = 128: the key block that crosses the diagonal is loaded only up to
+     // the last key the query block sees, so K and V move exactly as with Bc = 64 (and any Bc).
+    const Cfg& c = cfgs[2];
+    for (int64_t Bc : {1, 13, 64, 128, 256})
+      CHECK(fa::tiled_io(c.p, 64, Bc).hbm_read == 256 * 32 + 10 * 2 * 64 * 32);
+  }
   {  // one block: exactly the sizes of Q, K, V in and O, LSE out.
-    const Cfg& c = cfgs[5];
+    const Cfg& c = cfgs[6];
     const fa::IoCount f = fa::tiled_io(c.p, 50, 50);
     CHECK(f.hbm_read == 3 * 50 * 8);
     CHECK(f.hbm_write == 50 * 8 + 50);
   }
   {  // Br = Bc = 1 moves what stage 03 moves on the same problem (non-causal).
-    const Cfg& c = cfgs[4];
+    const Cfg& c = cfgs[5];
     CHECK(fa::tiled_io(c.p, 1, 1).hbm() == fa::io_stage03(c.p).hbm());
   }
   {  // Theorem 2: with the paper's blocks and M <= 4 d^2 the count is 8 N^2 d^2 / M + O(N d).

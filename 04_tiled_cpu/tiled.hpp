@@ -78,11 +78,21 @@ void forward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, T* O,
   const int64_t Bcp = round_up(Bc, VW), dp = round_up(d, VW);  // padded to whole vectors
   const int threads = blk.threads > 0 ? blk.threads : omp_get_max_threads();
 
+  // The "SRAM": each thread's block buffers, O(Br d + Bc d + Br Bc) floats, whatever N is.
+  // Allocated here, before the parallel region, so that running out of memory throws
+  // std::bad_alloc to the caller (an exception cannot leave an OpenMP region).
+  struct Sram {
+    std::vector<float> Qi, Kt, Vj, S, Oi, m, l;
+  };
+  std::vector<Sram> sram(static_cast<size_t>(threads));
+  for (Sram& t : sram)
+    t = {std::vector<float>(Br * d), std::vector<float>(d * Bcp), std::vector<float>(Bc * dp, 0.f),
+         std::vector<float>(Br * Bcp), std::vector<float>(Br * dp), std::vector<float>(Br),
+         std::vector<float>(Br)};
+
 #pragma omp parallel num_threads(threads)
   {
-    // The "SRAM": this thread's block buffers, O(Br d + Bc d + Br Bc) floats, whatever N is.
-    std::vector<float> Qi(Br * d), Kt(d * Bcp), Vj(Bc * dp, 0.f), S(Br * Bcp), Oi(Br * dp);
-    std::vector<float> m(Br), l(Br);
+    auto& [Qi, Kt, Vj, S, Oi, m, l] = sram[static_cast<size_t>(omp_get_thread_num())];
     fa::IoCount io;
 
 #pragma omp for schedule(dynamic, 1)
@@ -102,31 +112,39 @@ void forward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, T* O,
 
       for (int64_t c0 = 0; c0 < keys_needed; c0 += Bc) {  // Alg. 1 line 5 (FA2: the inner loop)
         const int64_t bc = std::min(Bc, p.N_k - c0);
-        // Causal: keys of this block past keys_needed are masked for every row; skip computing them.
+        // Causal: keys of this block past keys_needed are masked for every row; neither load nor
+        // compute them. Without a mask, or away from the diagonal, bn = bc.
         const int64_t bn = std::min(bc, keys_needed - c0), bcp = round_up(bn, VW);
 
-        // Load K_j and V_j into SRAM (line 6). K_j goes in transposed, Kt[x][c] = K_j[c][x], so
-        // that the micro-kernel reads keys as contiguous vectors; VW keys at a time, so the reads
-        // (VW rows) and the writes (runs of VW) both stay in L1.
+        // Load K_j and V_j into SRAM (line 6): only the bn keys some row of this block sees (a
+        // block crossing the diagonal stops at keys_needed; the rest of it is never read). K_j goes
+        // in transposed, Kt[x][c] = K_j[c][x], so that the micro-kernel reads keys as contiguous
+        // vectors; VW keys at a time, so the reads (VW rows) and the writes (runs of VW) both stay
+        // in L1. Columns bn .. bcp-1 of Kt (the padding to a whole vector) keep stale keys of an
+        // earlier block, finite or not: harmless, because their scores are overwritten with -inf
+        // below before anything reads them, so P is exactly 0 there, and gemm_pv reads only the
+        // first bn rows of Vj (and columns of P).
         const T* Kj = K + p.kv_offset(b, h, c0);
-        const T* Vsrc = V + p.kv_offset(b, h, c0);  // rows c0 .. c0 + bc - 1 are contiguous
-        for (int64_t cb = 0; cb < bc; cb += VW)
+        const T* Vsrc = V + p.kv_offset(b, h, c0);  // rows c0 .. c0 + bn - 1 are contiguous
+        for (int64_t cb = 0; cb < bn; cb += VW)
           for (int64_t x = 0; x < d; ++x)
-            for (int64_t c = cb; c < std::min(cb + VW, bc); ++c) Kt[x * Bcp + c] = Kj[c * d + x];
-        for (int64_t c = 0; c < bc; ++c)
+            for (int64_t c = cb; c < std::min(cb + VW, bn); ++c) Kt[x * Bcp + c] = Kj[c * d + x];
+        for (int64_t c = 0; c < bn; ++c)
           std::copy(Vsrc + c * d, Vsrc + (c + 1) * d, Vj.data() + c * dp);
-        if (blk.io) io.hbm_read += 2 * bc * d;
+        if (blk.io) io.hbm_read += 2 * bn * d;
 
-        // S_ij = scale * Q_i K_j^T, a br x bc block, on chip (line 9).
+        // S_ij = scale * Q_i K_j^T, a br x bn block (bcp columns computed), on chip (line 9).
         gemm_qk(Qi.data(), br, d, Kt.data(), Bcp, bcp, scale, S.data(), Bcp);
 
-        // Only a block that crosses the diagonal needs a mask: its last key is past what the
-        // block's first row may see.
-        const bool crosses = p.causal && c0 + bc > p.keys_seen(r0);
+        // Only a block that crosses the diagonal needs a mask: its last loaded key is past what
+        // the block's first row may see.
+        const bool crosses = p.causal && c0 + bn > p.keys_seen(r0);
         for (int64_t r = 0; r < br; ++r) {
           float* s = S.data() + r * Bcp;
           const int64_t seen = crosses ? std::clamp<int64_t>(p.keys_seen(r0 + r) - c0, 0, bn) : bn;
-          std::fill(s + seen, s + bcp, neg_inf);  // masked keys and the padding past bn
+          // Masked keys and the padding past bn: whatever gemm_qk computed there (from stale Kt
+          // columns, even NaN) is replaced by -inf, which exp_neg() turns into exactly 0.
+          std::fill(s + seen, s + bcp, neg_inf);
 
           // Online softmax update of row r (lines 10-11; stage 03's update, Br rows at a time):
           //   m_new = max(m, rowmax(S)),  P = exp(S - m_new),  l = e^(m - m_new) l + rowsum(P)

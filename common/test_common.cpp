@@ -113,7 +113,7 @@ TEST_CASE("reference backward equals central finite differences of the reference
   }
 }
 
-TEST_CASE("compare(): NaN never passes, equal infinities do") {
+TEST_CASE("compare(): NaN and +inf never pass; -inf in both (a row that sees no key) does") {
   const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
   const float x[3] = {1.f, nan, -inf};
   const double r[3] = {1.0, 2.0, -INFINITY};
