@@ -5,5 +5,5 @@
 
 inline fa::Stage stage_01() {
   return {"01_naive", "textbook softmax(scale QK^T) V; S and P materialised; exp may overflow",
-          naive::forward<float>, naive::backward<float>};
+          naive::forward<float>, naive::backward<float>, /*nxn_forward=*/2, /*nxn_backward=*/4};
 }

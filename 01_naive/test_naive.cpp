@@ -2,6 +2,7 @@
 // every other stage), its backward against central finite differences in float64, the overflow
 // it is known for, its O(N^2) memory, and the program's CLI contract.
 #include <doctest/doctest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -188,6 +189,9 @@ TEST_CASE("01_naive program: bad input -> one line on stderr, exit 2, no output 
   // Values whose float32 dot products overflow (1e30 * 1e30).
   fa::write_npy((dir / "huge.npy").string(), fa::Tensor({1, 1, 4, 32}, 1e30f), "q");
   fa::write_npy((dir / "v4.npy").string(), fa::Tensor({1, 1, 4, 32}, 1.f), "v");
+  // dO so large that float32 gradients would overflow, a named pipe as an input.
+  fa::write_npy((dir / "do_huge.npy").string(), fa::Tensor({1, 1, 4, 32}, 1e38f), "do");
+  mkfifo((dir / "pipe.npy").c_str(), 0600);
   // A symbolic link as an output (a missing file name with a newline is below).
   fs::create_symlink(dir / "target.npy", dir / "link.npy");
 
@@ -221,6 +225,12 @@ TEST_CASE("01_naive program: bad input -> one line on stderr, exit 2, no output 
       {"--seq-q 4 --scale 0", "--scale"},
       {"--seq-q 4 --seq-k 0", "--seq-k"},
       {"--seq-q 4 --kv-heads 0", "--kv-heads"},
+      {"--seq-q 4 --out " + out.string() + " --lse " + (dir / "." / "o.npy").string(), "the same file"},
+      {"--q " + (dir / "pipe.npy").string() + " --k " + K + " --v " + V, "pipe"},
+      {"--q " + (dir / "v4.npy").string() + " --k " + (dir / "v4.npy").string() + " --v " +
+           (dir / "v4.npy").string() + " --do " + (dir / "do_huge.npy").string(), "--do"},
+      // Fits the 2^40 limit but not the machine: refused before allocating (no OOM kill).
+      {"--seq-q 200000 --heads 1 --head-dim 8", "memory available"},
   };
   for (const auto& [args, mention] : cases) {
     INFO("args: " << args);

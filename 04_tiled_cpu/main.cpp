@@ -103,6 +103,11 @@ int main(int argc, char** argv) {
   stage.forward = [&](const fa::AttnProblem& p, const float* Q, const float* K, const float* V,
                       float* O, float* LSE) {
     tiled::Blocks b = resolve(cfg, p.d);
+    // The block buffers of every thread (tiled.hpp's Sram): ~ Br Bc + Br d + 2 Bc d floats each.
+    const int64_t Br = std::min(b.Br, p.N_q), Bc = std::min(b.Bc, p.N_k);
+    const int64_t threads = b.threads > 0 ? b.threads : omp_get_max_threads();
+    fa::check_memory(threads * int64_t(sizeof(float)) * (Br * (Bc + 16) + 2 * Br * (p.d + 16) + Bc * (2 * p.d + 32)),
+                     "--block-q/--block-k", "the block buffers of " + std::to_string(threads) + " threads");
     if (cfg.io_report) counted = {}, b.io = &counted;
     used = b;
     ran = p;

@@ -7,6 +7,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <algorithm>
 #include <vector>
 
 #include "errors.hpp"
@@ -78,7 +79,7 @@ void check_output_paths(const CliFlags& f) {
   std::vector<std::pair<std::string, fs::path>> seen;  // (flag, canonical path) of inputs and outputs
   std::error_code ec;
   for (auto& [flag, path] : ins)
-    if (!path->empty()) seen.emplace_back(flag, fs::weakly_canonical(*path, ec));
+    if (!path->empty()) seen.emplace_back(flag, fs::weakly_canonical(fs::absolute(*path, ec), ec));
   for (auto& [flag, path] : outs) {
     if (path->empty()) continue;
     const std::string who = std::string(flag) + " " + *path;
@@ -92,7 +93,7 @@ void check_output_paths(const CliFlags& f) {
     if (fs::exists(st) && !fs::is_regular_file(st))
       throw InputError(who, "a new or regular file",
                        fs::is_directory(st) ? "a folder" : fs::is_symlink(st) ? "a symbolic link" : "a special file");
-    const fs::path canon = fs::weakly_canonical(*path, ec);
+    const fs::path canon = fs::weakly_canonical(fs::absolute(*path, ec), ec);
     for (auto& [other, p] : seen)
       if (p == canon) throw InputError(who, "a path different from " + other, "the same file");
     seen.emplace_back(flag, canon);
@@ -148,8 +149,9 @@ void warn_nonfinite(const std::string& prog, const char* what, const Tensor& x, 
   for (float e : x.data) bad += lse ? std::isnan(e) || e == INFINITY : !std::isfinite(e);
   if (!bad) return;
   std::cerr << prog << ": warning: " << what << " has " << bad << " non-finite values";
-  if (prog.rfind("01_naive", 0) == 0)
-    std::cerr << " (stage 01's exp overflows float32 for logits above ~88.7; stage 02 subtracts the row max)";
+  if (prog.find("01_naive") != std::string::npos)
+    std::cerr << " (expected for stage 01 where a logit exceeds ~88.7: its exp overflows float32;"
+                 " stage 02 subtracts the row max)";
   std::cerr << "\n";
 }
 
@@ -195,6 +197,10 @@ int stage_main(int argc, char** argv, const Stage& stage,
     check_output_paths(f);
     Inputs in = make_inputs(f);
     const bool bwd = bool(stage.backward);
+    check_memory(estimate_run_bytes(in.p, bwd ? std::max(stage.nxn_forward, stage.nxn_backward) : stage.nxn_forward,
+                                    bwd, !f.no_check),
+                 "--seq-q/--seq-k", f.no_check ? "the stage's N_q x N_k matrices and the tensors"
+                                               : "N_q x N_k matrices of stage 01, the baseline; --no-check skips it");
     if (bwd) add_grad_output(in, f.dO, f.seed);
 
     ForwardRun fr = run_forward(stage.forward, in);

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 
 #include "errors.hpp"
 #include "memtrack.hpp"
@@ -52,9 +53,7 @@ void to_bhnd(Tensor& x, const std::string& arg) {
   for (int64_t e : x.shape)
     if (e < 1) throw InputError(arg, "no empty dimension", "shape " + shape_str(x.shape));
 }
-}  // namespace
 
-namespace {
 // Largest Euclidean norm of a row of x ([..., d]), in double.
 double max_row_norm(const Tensor& x) {
   const int64_t d = x.shape.back();
@@ -110,7 +109,6 @@ Inputs load_inputs(const std::string& q, const std::string& k, const std::string
   check_finite(in.Q, "--q " + q);
   check_finite(in.K, "--k " + k);
   check_finite(in.V, "--v " + v);
-  check_float32_range(in, scale);
   in.p.B = sq[0];
   in.p.H = sq[1];
   in.p.N_q = sq[2];
@@ -120,12 +118,15 @@ Inputs load_inputs(const std::string& q, const std::string& k, const std::string
   in.p.causal = causal;
   in.p.scale = scale;
   validate(in.p);
+  check_float32_range(in, scale);
   in.source = q + ", " + k + ", " + v;
   return in;
 }
 
 Inputs random_inputs(const AttnProblem& p, uint64_t seed) {
   validate(p);
+  check_memory(estimate_run_bytes(p, 0, false, false), "--batch/--heads/--seq-q/--seq-k/--head-dim",
+               "Q, K, V, O and LSE");
   Inputs in;
   in.p = p;
   in.Q = Tensor({p.B, p.H, p.N_q, p.d});
@@ -147,11 +148,54 @@ void add_grad_output(Inputs& in, const std::string& path, uint64_t seed) {
       throw InputError("--do " + path, "the shape of Q " + shape_str(in.Q.shape),
                        shape_str(in.dO.shape));
     check_finite(in.dO, "--do " + path);
+    // The gradients multiply dO by V (dP), by K or Q (dQ, dK) and sum over up to N keys or
+    // queries: bound that product as check_float32_range() bounds q . k.
+    double qk = 1.0;
+    for (const Tensor* t : {&in.Q, &in.K}) qk = std::max(qk, max_row_norm(*t) * double(in.p.resolved_scale()));
+    const double g = max_row_norm(in.dO) * std::max(1.0, max_row_norm(in.V)) * qk *
+                     double(std::max(in.p.N_q, in.p.N_k));
+    if (g > 1e37) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%.3g", g);
+      throw InputError("--do " + path, "max |dO_i| |V_j| max(1, scale |Q|, scale |K|) max(N_q, N_k) <= 1e37 (float32 gradients must not overflow)", buf);
+    }
     return;
   }
   in.dO = Tensor(in.Q.shape);
   Rng rng(seed ^ 0x9e3779b97f4a7c15ull);
   rng.fill_normal(in.dO);
+}
+
+int64_t available_memory_bytes() {
+  std::ifstream f("/proc/meminfo");
+  std::string key, unit;
+  int64_t kb = 0;
+  while (f >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return -1;
+}
+
+void check_memory(int64_t need, const std::string& arg, const std::string& what) {
+  const int64_t avail = available_memory_bytes();
+  if (avail < 0 || need <= avail - avail / 10) return;
+  auto gib = [](int64_t b) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f GiB", double(b) / double(int64_t(1) << 30));
+    return std::string(buf);
+  };
+  throw InputError(arg, "a problem that fits in the " + gib(avail) + " of memory available",
+                   gib(need) + " needed (" + what + ")");
+}
+
+int64_t estimate_run_bytes(const AttnProblem& p, int nxn_stage, bool backward, bool check) {
+  const int64_t f = sizeof(float);
+  int64_t io = f * (2 * p.q_elems() + 2 * p.kv_elems() + p.lse_elems());  // Q, K, V, O, LSE
+  if (backward) io += f * (2 * p.q_elems() + 2 * p.kv_elems());           // dO, dQ, dK, dV
+  const int64_t nxn = f * p.B * p.H * p.N_q * p.N_k;
+  const int nxn_baseline = check ? (backward ? 4 : 2) : 0;  // stage 01, run by the checks
+  int64_t need = io + std::max(nxn_stage, nxn_baseline) * nxn;
+  if (check) need += 2 * io;  // stage 01's outputs and the float64 reference's
+  return need;
 }
 
 double max_logit(const Inputs& in, bool abs_terms) {

@@ -49,6 +49,19 @@ void check_finite(const Tensor& x, const std::string& arg);
 // scale * sum_c |Q_ic K_jc| instead (the size of the terms a float32 dot product rounds).
 double max_logit(const Inputs& in, bool abs_terms = false);
 
+// Bytes of memory the kernel reports as available now (MemAvailable in /proc/meminfo); -1 if unknown.
+int64_t available_memory_bytes();
+
+// Throws InputError naming `arg` if `need` bytes exceed the memory available (with a 10% margin):
+// a run that would not fit stops with exit code 2 before it allocates, instead of being killed by
+// the kernel's out-of-memory killer (Linux overcommits, so new/malloc alone would not fail).
+// `what` says what the bytes are for.
+void check_memory(int64_t need, const std::string& arg, const std::string& what);
+
+// Bytes one stage program needs for problem p: inputs and outputs (and gradients if backward),
+// plus the larger of the stage's own N_q x N_k matrices and, if check, stage 01's (the baseline).
+int64_t estimate_run_bytes(const AttnProblem& p, int nxn_stage, bool backward, bool check);
+
 struct ForwardRun {
   Tensor O, LSE;
   double ms = 0;              // wall time of the stage call (milliseconds)

@@ -24,6 +24,8 @@ Tensor read_npy(const std::string& path, const std::string& arg) {
   const std::string who = arg + " " + path;
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) throw InputError(who, "a .npy file", "a folder");
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
+    throw InputError(who, "a regular .npy file", "a device, pipe or socket");
   std::ifstream f(path, std::ios::binary);
   if (!f) throw InputError(who, "a readable .npy file", "a file that cannot be opened");
   char magic[8] = {};
@@ -125,20 +127,17 @@ void write_npy_to(const std::string& tmp, const std::string& path, const Tensor&
 void write_npy_all(const std::vector<NpyOut>& outs) {
   // A temporary name per process, so two runs writing the same output do not collide.
   const std::string suffix = ".tmp" + std::to_string(getpid());
-  std::vector<std::string> written;
   try {
-    for (const NpyOut& o : outs) {
-      write_npy_to(o.path + suffix, o.path, *o.x, o.arg);
-      written.push_back(o.path + suffix);
-    }
+    for (const NpyOut& o : outs) write_npy_to(o.path + suffix, o.path, *o.x, o.arg);
   } catch (...) {
     for (const NpyOut& o : outs) std::remove((o.path + suffix).c_str());
     throw;
   }
-  for (const NpyOut& o : outs)
-    if (std::rename((o.path + suffix).c_str(), o.path.c_str()) != 0) {
-      for (const std::string& t : written) std::remove(t.c_str());
-      throw InputError(o.arg + " " + o.path, "a writable path", "a rename error");
+  for (size_t i = 0; i < outs.size(); ++i)
+    if (std::rename((outs[i].path + suffix).c_str(), outs[i].path.c_str()) != 0) {
+      for (size_t j = 0; j < outs.size(); ++j)  // undo: no output file is left behind
+        std::remove((j < i ? outs[j].path : outs[j].path + suffix).c_str());
+      throw InputError(outs[i].arg + " " + outs[i].path, "a writable path", "a rename error");
     }
 }
 

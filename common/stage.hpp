@@ -22,6 +22,9 @@ struct Stage {
   std::string idea;    // the one new idea, a short line for the tour's table
   ForwardFn forward;   // always set
   BackwardFn backward; // empty if the stage has no backward
+  // How many N_q x N_k float matrices a call keeps per (batch, head), for the memory check
+  // before a run (check_memory in harness.hpp): stage 01 forward S, P = 2, backward S, P, dP, dS = 4.
+  int nxn_forward = 0, nxn_backward = 0;
 };
 
 }  // namespace fa

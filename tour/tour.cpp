@@ -3,6 +3,7 @@
 // against stage 01 and against float64, the extra memory it measured, and its time.
 // Takes the same flags as every stage program (common/cli.hpp), so `tour --seq-q 4096` or
 // `tour --q q.npy --k k.npy --v v.npy` work too.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -58,6 +59,11 @@ int main(int argc, char** argv) {
   return fa::run_program(app, argc, argv, [&]() -> int {
     fa::check_dtype(f);
     fa::Inputs in = fa::make_inputs(f);
+    int nxn = 0;
+    for (const Entry& e : stages())
+      if (e.stage) nxn = std::max({nxn, e.stage->nxn_forward, e.stage->nxn_backward});
+    fa::check_memory(fa::estimate_run_bytes(in.p, nxn, true, !f.no_check), "--seq-q/--seq-k",
+                     "the N_q x N_k matrices of stages 01 and 02");
     fa::add_grad_output(in, "", f.seed);
     std::string txt;
     out(txt, "FlashAttention course tour\ninput  : %s\nproblem: %s\n", in.source.c_str(),
