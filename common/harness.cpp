@@ -31,7 +31,7 @@ Inputs default_inputs(bool causal, float scale) {
                      "no such files (set FA_DATA_DIR to the repository's data/ folder)");
   Inputs in = load_inputs(dir + "/minilm_l0_q.npy", dir + "/minilm_l0_k.npy",
                           dir + "/minilm_l0_v.npy", causal, scale);
-  in.source = "all-MiniLM-L6-v2 layer 0 Q/K/V of the Gettysburg Address, 256 tokens (" + dir + ")";
+  in.source = "all-MiniLM-L6-v2 layer 0 Q/K/V of the Gettysburg Address, 256 tokens (data/minilm_l0_*.npy)";
   return in;
 }
 
