@@ -197,10 +197,12 @@ int stage_main(int argc, char** argv, const Stage& stage,
     check_output_paths(f);
     Inputs in = make_inputs(f);
     const bool bwd = bool(stage.backward);
-    check_memory(estimate_run_bytes(in.p, bwd ? std::max(stage.nxn_forward, stage.nxn_backward) : stage.nxn_forward,
-                                    bwd, !f.no_check),
-                 "--seq-q/--seq-k", f.no_check ? "the stage's N_q x N_k matrices and the tensors"
-                                               : "N_q x N_k matrices of stage 01, the baseline; --no-check skips it");
+    // Refuse a run that cannot fit before allocating it (the stage's own N x N matrices, and
+    // unless --no-check, stage 01's: the baseline every report compares with).
+    const int nxn = bwd ? std::max(stage.nxn_forward, stage.nxn_backward) : stage.nxn_forward;
+    check_memory(estimate_run_bytes(in.p, nxn, bwd, !f.no_check), "--seq-q/--seq-k",
+                 f.no_check ? "the stage's N_q x N_k matrices and the tensors"
+                            : "N_q x N_k matrices of stage 01, the baseline; --no-check skips it");
     if (bwd) add_grad_output(in, f.dO, f.seed);
 
     ForwardRun fr = run_forward(stage.forward, in);

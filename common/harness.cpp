@@ -65,25 +65,25 @@ double max_row_norm(const Tensor& x) {
   }
   return std::sqrt(mx);
 }
+
+// InputError for a value past the float32 guard below: `found` is the value, as "1.23e+40".
+[[noreturn]] void overflow_error(const std::string& arg, const std::string& expected, double found) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.3g", found);
+  throw InputError(arg, expected, buf);
+}
 }  // namespace
 
-void check_float32_range(const Inputs& in, float scale) {
+void check_float32_range(const Inputs& in) {
   // |partial sums of q . k| <= |q| |k| (Cauchy-Schwarz): below this no float32 dot product, and
   // no running output sum_j p_j v_j (|.| <= N_k max|v|), can overflow.
   const double limit = 1e37;
-  const double s = scale != 0.f ? double(scale) : 1.0 / std::sqrt(double(in.Q.shape.back()));
-  const double qk = max_row_norm(in.Q) * max_row_norm(in.K) * std::max(1.0, s);
-  if (qk > limit) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%.3g", qk);
-    throw InputError("--q/--k", "max |q_i| |k_j| max(1, scale) <= 1e37 (float32 dot products must not overflow)", buf);
-  }
-  const double vmax = max_abs_finite(in.V.ptr(), in.V.numel()) * double(in.V.shape[2]);
-  if (vmax > limit) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%.3g", vmax);
-    throw InputError("--v", "max |v| * N_k <= 1e37 (float32 output sums must not overflow)", buf);
-  }
+  const double qk = max_row_norm(in.Q) * max_row_norm(in.K) * std::max(1.0, double(in.p.resolved_scale()));
+  if (qk > limit)
+    overflow_error("--q/--k", "max |q_i| |k_j| max(1, scale) <= 1e37 (float32 dot products must not overflow)", qk);
+  const double vmax = max_abs_finite(in.V.ptr(), in.V.numel()) * double(in.p.N_k);
+  if (vmax > limit)
+    overflow_error("--v", "max |v| * N_k <= 1e37 (float32 output sums must not overflow)", vmax);
 }
 
 Inputs load_inputs(const std::string& q, const std::string& k, const std::string& v, bool causal,
@@ -118,7 +118,7 @@ Inputs load_inputs(const std::string& q, const std::string& k, const std::string
   in.p.causal = causal;
   in.p.scale = scale;
   validate(in.p);
-  check_float32_range(in, scale);
+  check_float32_range(in);
   in.source = q + ", " + k + ", " + v;
   return in;
 }
@@ -154,11 +154,8 @@ void add_grad_output(Inputs& in, const std::string& path, uint64_t seed) {
     for (const Tensor* t : {&in.Q, &in.K}) qk = std::max(qk, max_row_norm(*t) * double(in.p.resolved_scale()));
     const double g = max_row_norm(in.dO) * std::max(1.0, max_row_norm(in.V)) * qk *
                      double(std::max(in.p.N_q, in.p.N_k));
-    if (g > 1e37) {
-      char buf[64];
-      std::snprintf(buf, sizeof buf, "%.3g", g);
-      throw InputError("--do " + path, "max |dO_i| |V_j| max(1, scale |Q|, scale |K|) max(N_q, N_k) <= 1e37 (float32 gradients must not overflow)", buf);
-    }
+    if (g > 1e37)
+      overflow_error("--do " + path, "max |dO_i| |V_j| max(1, scale |Q|, scale |K|) max(N_q, N_k) <= 1e37 (float32 gradients must not overflow)", g);
     return;
   }
   in.dO = Tensor(in.Q.shape);

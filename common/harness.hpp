@@ -33,8 +33,8 @@ Inputs load_inputs(const std::string& q, const std::string& k, const std::string
 
 // Throws InputError if float32 arithmetic on these inputs could overflow before any softmax
 // (max |q_i| |k_j| max(1, scale) or max |v| N_k above 1e37): such inputs would give NaN in every
-// stage, including those that subtract the row max. `scale` 0 means 1/sqrt(d).
-void check_float32_range(const Inputs& in, float scale);
+// stage, including those that subtract the row max. Needs in.p set.
+void check_float32_range(const Inputs& in);
 
 // Random inputs: every element normal(0, 1), from the seed (common/rng.hpp).
 Inputs random_inputs(const AttnProblem& p, uint64_t seed);
