@@ -65,7 +65,7 @@ TEST_CASE("bf16 from double is correctly rounded (no double rounding through flo
   CHECK(lowp::bf16_bits_from_double(-(1.0 + 3 * 0x1p-8 - 0x1p-45)) == 0xBF81);
 }
 
-TEST_CASE("fp16 (_Float16): round to nearest even on known values") {
+TEST_CASE("fp16: round to nearest even on known values") {
   CHECK(hf(1.0f) == 0x3C00);
   CHECK(hf(1.0f + 0x1p-11f) == 0x3C00);      // tie, even is 1
   CHECK(hf(1.0f + 3 * 0x1p-11f) == 0x3C02);  // tie, even is up
@@ -79,6 +79,41 @@ TEST_CASE("fp16 (_Float16): round to nearest even on known values") {
   CHECK(std::isnan(float(Half(NAN))));
   CHECK(float(Half(std::exp(11.1f))) == INFINITY);  // exp(11.1) = 66171 > 65504
   CHECK(float(Half(std::exp(11.0f))) == 59872.f);   // exp(11) = 59874.1 -> 59872 (ulp 32)
+}
+
+TEST_CASE("fp16 conversions, exhaustively: every value exact, every rounding boundary right") {
+  // For each finite fp16 value h and its successor: decoding is exact (checked against the
+  // definition), encoding a value gives it back, and around their midpoint float32 and float64
+  // inputs round to the nearer one, ties to the even one.
+  auto value = [](uint16_t b) {  // the definition of binary16, in double
+    const int e = (b >> 10) & 0x1F, m = b & 0x3FF;
+    const double mag = e == 0 ? std::ldexp(double(m), -24) : std::ldexp(1.0 + m / 1024.0, e - 15);
+    return (b & 0x8000) ? -mag : mag;
+  };
+  int bad = 0;
+  for (uint32_t s = 0; s < 2; ++s)
+    for (uint32_t k = 0; k < 0x7C00; ++k) {  // every finite magnitude
+      const uint16_t h = uint16_t((s << 15) | k), next = uint16_t(h + 1);
+      const double v = value(h);
+      bad += double(lowp::float_from_fp16_bits(h)) != v;
+      bad += lowp::fp16_bits_from_float(float(v)) != h && k != 0;
+      bad += lowp::fp16_bits_from_double(v) != h && k != 0;
+      const double w = k + 1 < 0x7C00 ? value(next) : (s ? -65536.0 : 65536.0);  // 65536: toward inf
+      const double mid = (v + w) / 2;  // exact in double and in float32
+      const uint16_t even = (k & 1) ? next : h;
+      const auto toward = [](double x, double to) { return std::nextafter(x, to); };
+      bad += lowp::fp16_bits_from_float(float(mid)) != even;
+      bad += lowp::fp16_bits_from_float(std::nextafter(float(mid), float(v))) != h;
+      bad += lowp::fp16_bits_from_float(std::nextafter(float(mid), float(w))) != next;
+      bad += lowp::fp16_bits_from_double(mid) != even;
+      bad += lowp::fp16_bits_from_double(toward(mid, v)) != h;   // a double just below the tie,
+      bad += lowp::fp16_bits_from_double(toward(mid, w)) != next;  // which float32 rounds onto it
+    }
+  CHECK(bad == 0);
+  CHECK(lowp::fp16_bits_from_float(-0.f) == 0x8000);
+  CHECK(lowp::fp16_bits_from_float(INFINITY) == 0x7C00);
+  CHECK(lowp::fp16_bits_from_float(-1e30f) == 0xFC00);
+  CHECK(std::isnan(lowp::float_from_fp16_bits(lowp::fp16_bits_from_float(NAN))));
 }
 
 TEST_CASE("Half and BFloat16 arithmetic is correctly rounded, every operation") {

@@ -42,11 +42,13 @@ inline uint16_t bf16_bits_from_float(float f) {
 }
 inline float float_from_bf16_bits(uint16_t b) { return std::bit_cast<float>(uint32_t(b) << 16); }
 
-// From float64: rounding to float32 first and then to bf16 can round twice the wrong way (a value
-// just above a bf16 tie rounds down to the tie in float32, then to even). Round to float32 with
-// round-to-ODD instead (if inexact, force the last bit to 1); round-to-odd to p + 2 or more bits
-// followed by round-to-nearest-even gives the correctly rounded result (Boldo & Melquiond 2008).
-inline uint16_t bf16_bits_from_double(double x) {
+// From float64: rounding to float32 first and then to a 16-bit format can round twice the wrong
+// way (a value just above a 16-bit tie rounds down to the tie in float32, then to even). Round to
+// float32 with round-to-ODD instead (if inexact, force the last bit to 1); round-to-odd to p + 2
+// or more bits followed by round-to-nearest-even gives the correctly rounded result (Boldo &
+// Melquiond 2008). float32 has 24 bits: enough for bf16 (p = 8) and fp16 (p = 11, also where fp16
+// is subnormal, since float32 is still normal there).
+inline float float_round_to_odd(double x) {
   float f = float(x);
   if (std::isfinite(x) && std::isfinite(f) && double(f) != x) {
     uint32_t u = std::bit_cast<uint32_t>(f);
@@ -56,16 +58,48 @@ inline uint16_t bf16_bits_from_double(double x) {
     }
     f = std::bit_cast<float>(u);
   }
-  return bf16_bits_from_float(f);
+  return f;
 }
+inline uint16_t bf16_bits_from_double(double x) { return bf16_bits_from_float(float_round_to_odd(x)); }
 
-// ---- fp16 <-> float32 / float64: the compiler's _Float16 (IEEE binary16, round to nearest even;
-// on x86-64 with F16C one vcvtps2ph instruction, otherwise libgcc).
-inline uint16_t fp16_bits_from_float(float f) { return std::bit_cast<uint16_t>(static_cast<_Float16>(f)); }
-inline uint16_t fp16_bits_from_double(double x) {
-  return std::bit_cast<uint16_t>(static_cast<_Float16>(x));  // direct, correctly rounded
+// ---- fp16 <-> float32 / float64, on the bits --------------------------------------------------
+// IEEE binary16: 1 sign, 5 exponent (bias 15), 10 significand bits. Written out on the bits rather
+// than with the compiler's _Float16: GCC 12 at -O3 -march=native on a CPU with AVX512-FP16 was seen
+// to produce wrong conversions through _Float16 in vectorised code (a value came back unrounded),
+// and nvcc's host pass handles _Float16 differently again; integer code is the same everywhere.
+inline uint16_t fp16_bits_from_float(float f) {
+  const uint32_t u = std::bit_cast<uint32_t>(f);
+  const uint16_t sign = uint16_t((u >> 16) & 0x8000u);
+  const uint32_t a = u & 0x7FFFFFFFu;                 // |f|
+  if (a > 0x7F800000u) return uint16_t(sign | 0x7E00u | ((a >> 13) & 0x1FFu));  // NaN stays NaN
+  if (a >= 0x477FF000u) return uint16_t(sign | 0x7C00u);  // |f| >= 65520 (65504 + half an ulp): inf
+  if (a >= 0x38800000u) {  // normal in fp16 (|f| >= 2^-14): rebias the exponent (127 -> 15), keep
+    const uint32_t h = a - 0x38000000u;  // 10 significand bits, round the 13 dropped ones to even;
+    const uint32_t rest = h & 0x1FFFu;   // a carry into the exponent is the right result
+    uint32_t r = h >> 13;
+    r += rest > 0x1000u || (rest == 0x1000u && (r & 1u));
+    return uint16_t(sign | r);
+  }
+  if (a <= 0x33000000u) return sign;  // |f| <= 2^-25: half the smallest subnormal or less rounds to 0
+  // Subnormal in fp16: m * 2^-24 with m = |f| * 2^24 rounded to nearest even (m = 1024 is the
+  // smallest normal, also right).
+  const uint32_t e = a >> 23, M = (a & 0x7FFFFFu) | 0x800000u;  // |f| = M * 2^(e - 150)
+  const uint32_t shift = 126 - e;                                // 14 .. 24
+  const uint32_t rest = M & ((1u << shift) - 1u), half = 1u << (shift - 1);
+  uint32_t m = M >> shift;
+  m += rest > half || (rest == half && (m & 1u));
+  return uint16_t(sign | m);
 }
-inline float float_from_fp16_bits(uint16_t b) { return static_cast<float>(std::bit_cast<_Float16>(b)); }
+inline uint16_t fp16_bits_from_double(double x) { return fp16_bits_from_float(float_round_to_odd(x)); }
+inline float float_from_fp16_bits(uint16_t b) {
+  const uint32_t sign = uint32_t(b & 0x8000u) << 16, e = (b >> 10) & 0x1Fu, m = b & 0x3FFu;
+  if (e == 0) {  // zero or subnormal: m * 2^-24, exact in float32
+    const float v = float(m) * 0x1p-24f;
+    return sign ? -v : v;
+  }
+  if (e == 31) return std::bit_cast<float>(sign | 0x7F800000u | (m << 13));  // inf, NaN
+  return std::bit_cast<float>(sign | ((e + 112u) << 23) | (m << 13));
+}
 
 struct Fp16Tag {
   static uint16_t from(float f) { return fp16_bits_from_float(f); }
@@ -149,7 +183,7 @@ float round_to(float x) {
 }  // namespace lowp
 
 // std::numeric_limits for the two types: the stage cores use infinity(); the experiment uses the
-// rest. (libstdc++ 12 has no numeric_limits<_Float16> in C++20, hence the wrapper for fp16 too.)
+// rest.
 template <class Tag>
 struct std::numeric_limits<lowp::Narrow<Tag>> {
   using N = lowp::Narrow<Tag>;
