@@ -186,7 +186,11 @@ TEST_CASE("04_tiled_cpu: extra memory is O(N d): the block buffers, independent 
     p.N_q = p.N_k = N, p.d = 64;
     bytes[k++] = fa::run_forward(with_blocks(64, 64, 1), fa::random_inputs(p, 2)).extra_bytes;
   }
-  CHECK(bytes[0] == bytes[1]);
+  // Equal up to malloc's granularity: memtrack counts malloc_usable_size, and glibc hands out a
+  // free chunk up to 16 bytes larger than asked when the rest would be too small to split, which
+  // depends on the heap's history (seen: 82656 vs 82672 bytes). Anything that grew with N (one
+  // float per key: 6 KiB more at N = 2048) would still fail.
+  CHECK(std::abs(bytes[0] - bytes[1]) <= 7 * 16);
   // Qi, Kt, Vj, S, Oi: 5 blocks of 64 x 64 floats, m and l: 2 x 64, plus allocator slack.
   const int64_t buffers = (5 * 64 * 64 + 2 * 64) * 4;
   CHECK(bytes[1] >= buffers);

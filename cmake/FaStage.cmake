@@ -1,20 +1,40 @@
-# fa_add_stage(<name> TEST <test.cpp> [BENCH <bench.cpp>] [LIBS <lib>...] [OPTIONS <flag>...])
+# fa_add_stage(<name> TEST <test.cpp> [BENCH <bench.cpp>] [GPU] [HOST_TEST <test.cpp>]
+#              [LIBS <lib>...] [OPTIONS <flag>...])
 # The targets every stage folder has, declared once:
 #   <name>        the stage program (main.cpp, the CLI contract of common/cli.hpp)
 #   test_<name>   its doctest program, registered with ctest as <name>; STAGE_BIN is the program's path
 #   bench_<name>  its Google Benchmark program (if FA_BUILD_BENCHMARKS)
-# LIBS are linked to all three; OPTIONS are compile options of all three.
+# LIBS are linked to all of them; OPTIONS are compile options of all of them.
+# GPU stages add GPU: test_<name> then uses fa_test_gpu's main, which exits 77 without a GPU and
+# ctest reports it as skipped; and HOST_TEST: a second test program, test_<name>_host (ctest:
+# <name>_host), for what needs no GPU (launch arithmetic, the C ABI's argument checks, the
+# program's refusal without a GPU), so CI runs it.
 function(fa_add_stage name)
-  cmake_parse_arguments(ARG "" "TEST;BENCH" "LIBS;OPTIONS" ${ARGN})
+  cmake_parse_arguments(ARG "GPU" "TEST;BENCH;HOST_TEST" "LIBS;OPTIONS" ${ARGN})
   add_executable(${name} main.cpp)
   target_link_libraries(${name} PRIVATE fa_common ${ARG_LIBS})
   target_compile_options(${name} PRIVATE ${ARG_OPTIONS})
 
   add_executable(test_${name} ${ARG_TEST})
-  target_link_libraries(test_${name} PRIVATE fa_test ${ARG_LIBS})
+  if(ARG_GPU)
+    target_link_libraries(test_${name} PRIVATE fa_test_gpu ${ARG_LIBS})
+  else()
+    target_link_libraries(test_${name} PRIVATE fa_test ${ARG_LIBS})
+  endif()
   target_compile_options(test_${name} PRIVATE ${ARG_OPTIONS})
   target_compile_definitions(test_${name} PRIVATE STAGE_BIN="$<TARGET_FILE:${name}>")
   add_test(NAME ${name} COMMAND test_${name})
+  if(ARG_GPU)
+    set_tests_properties(${name} PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu)
+  endif()
+
+  if(ARG_HOST_TEST)
+    add_executable(test_${name}_host ${ARG_HOST_TEST})
+    target_link_libraries(test_${name}_host PRIVATE fa_test ${ARG_LIBS})
+    target_compile_options(test_${name}_host PRIVATE ${ARG_OPTIONS})
+    target_compile_definitions(test_${name}_host PRIVATE STAGE_BIN="$<TARGET_FILE:${name}>")
+    add_test(NAME ${name}_host COMMAND test_${name}_host)
+  endif()
 
   if(FA_BUILD_BENCHMARKS AND ARG_BENCH)
     add_executable(bench_${name} ${ARG_BENCH})

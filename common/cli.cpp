@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "dtype.hpp"
 #include "errors.hpp"
 #include "npy.hpp"
 
@@ -141,6 +142,9 @@ int run_program(CLI::App& app, int argc, char** argv, const std::function<int()>
     std::cerr << name << ": memory: expected the problem to fit in RAM, found it does not"
               << " (try a smaller --seq-q/--seq-k, or --no-check to skip the O(N^2) baselines)\n";
     return kExitBadInput;
+  } catch (const std::exception& e) {  // not the input's fault (e.g. a CUDA error): exit 1
+    std::cerr << name << ": error: " << one_line(e.what()) << "\n";
+    return 1;
   }
 }
 
@@ -193,7 +197,9 @@ int stage_main(int argc, char** argv, const Stage& stage,
   add_common_flags(app, f, bool(stage.backward));
   if (extra_flags) extra_flags(app);
   return run_program(app, argc, argv, [&]() -> int {
-    check_dtype(f);
+    Stage st = stage;  // a GPU stage's forward depends on --dtype
+    if (st.forward_for) st.forward = st.forward_for(parse_dtype(f.dtype));
+    else check_dtype(f);
     check_output_paths(f);
     Inputs in = make_inputs(f);
     const bool bwd = bool(stage.backward);
@@ -205,7 +211,7 @@ int stage_main(int argc, char** argv, const Stage& stage,
                             : "N_q x N_k matrices of stage 01, the baseline; --no-check skips it");
     if (bwd) add_grad_output(in, f.dO, f.seed);
 
-    ForwardRun fr = run_forward(stage.forward, in);
+    ForwardRun fr = run_forward(st.forward, in);
     BackwardRun br;
     if (bwd) br = run_backward(stage.backward, in, fr);
 
@@ -228,6 +234,16 @@ int stage_main(int argc, char** argv, const Stage& stage,
     if (bwd)
       txt << "  backward : " << num(br.ms) << " ms, extra memory " << human_bytes(br.extra_bytes)
           << " (" << br.extra_bytes << " bytes)\n";
+    if (fr.gpu_ms >= 0) {  // a GPU stage: its kernels' own time and GPU memory
+      const double tflops = in.p.forward_flops() / (fr.gpu_ms * 1e9);
+      j["forward"]["gpu_ms"] = fr.gpu_ms;
+      j["forward"]["gpu_extra_bytes"] = fr.gpu_extra_bytes;
+      j["forward"]["gpu_tflops"] = tflops;
+      j["dtype"] = f.dtype;
+      txt << "  gpu      : " << num(fr.gpu_ms) << " ms kernel time (CUDA events, one warm call), "
+          << num(tflops) << " TFLOP/s, extra GPU memory " << human_bytes(fr.gpu_extra_bytes) << " ("
+          << fr.gpu_extra_bytes << " bytes); dtype " << f.dtype << "\n";
+    }
 
     if (!f.no_check) {
       Baselines base(in, bwd);

@@ -7,10 +7,21 @@
 // NaN never passes; outputs are poisoned with NaN before every run. Rows that see no key must give
 // O = 0 exactly and LSE = -inf. Where stage 01 itself overflows (logits above ~88.7, its known
 // failure), its error is infinite and the float32 error bound fp32_bound() stands in for it.
+//
+// GPU stages in 16 bits (--dtype fp16|bf16) read Q, K, V rounded to the dtype and write O in it.
+// The battery then rounds the case's inputs first, so the float64 reference, stage 01 and the
+// stage all see the same values, and the stage is judged on its own error, not the inputs'
+// rounding. Its baseline is what an fp32-arithmetic kernel with that storage would make:
+//   err(stage 01 in float32 on the rounded inputs) + err(storage)
+// where err(storage) is the error of exact attention whose O (and, for a kernel that multiplies P
+// in 16 bits, P) is rounded to the dtype (reference_forward_stored in reference.hpp). The rule is
+// unchanged: err(stage) <= 2 * baseline + floor. This is FlashAttention's own test rule, whose
+// baseline is PyTorch attention in the same low precision.
 #pragma once
 #include <string>
 #include <vector>
 
+#include "dtype.hpp"
 #include "harness.hpp"
 #include "stage.hpp"
 
@@ -56,12 +67,18 @@ struct Fp32Bound {
 };
 Fp32Bound fp32_bound(const Inputs& in);
 
+// Where a stage stores values in fewer bits than float32 (see the top of this file).
+struct Storage {
+  DType dtype = DType::fp32;  // Q, K, V read and O written in this type
+  bool P_in_dtype = false;    // P rounded to dtype before it multiplies V (tensor cores, cuBLAS)
+};
+
 // Runs forward `f` on every case of the battery and CHECKs the rule above (doctest assertions;
 // call it from inside a TEST_CASE). is_stage01 = true checks stage 01 itself: against float64 with
 // the float32 bound, and, where logits exceed ln(FLT_MAX), that it overflows (the known failure).
-void check_forward_battery(const ForwardFn& f, bool is_stage01 = false);
+void check_forward_battery(const ForwardFn& f, bool is_stage01 = false, Storage st = {});
 // One case (used by the battery and by stage-specific tests).
-void check_forward_case(const ForwardFn& f, const Case& c, bool is_stage01 = false);
+void check_forward_case(const ForwardFn& f, const Case& c, bool is_stage01 = false, Storage st = {});
 
 // Same for a backward: dQ, dK, dV against the float64 reference backward, with stage 01's backward
 // error as the baseline.

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "devstats.hpp"
 #include "errors.hpp"
 #include "memtrack.hpp"
 #include "naive_backward.hpp"
@@ -222,10 +223,12 @@ ForwardRun run_forward(const ForwardFn& f, const Inputs& in) {
   r.O.poison();
   r.LSE.poison();
   ExtraMemory mem;
+  ExtraDeviceMemory gpu;
   Timer t;
   f(in.p, in.Q.ptr(), in.K.ptr(), in.V.ptr(), r.O.ptr(), r.LSE.ptr());
   r.ms = t.ms();
   r.extra_bytes = mem.peak_bytes();
+  if (gpu.gpu_ms() >= 0) r.gpu_ms = gpu.gpu_ms(), r.gpu_extra_bytes = gpu.peak_bytes();
   return r;
 }
 
@@ -238,11 +241,13 @@ BackwardRun run_backward(const BackwardFn& f, const Inputs& in, const ForwardRun
   r.dK.poison();
   r.dV.poison();
   ExtraMemory mem;
+  ExtraDeviceMemory gpu;
   Timer t;
   f(in.p, in.Q.ptr(), in.K.ptr(), in.V.ptr(), fwd.O.ptr(), in.dO.ptr(), fwd.LSE.ptr(), r.dQ.ptr(),
     r.dK.ptr(), r.dV.ptr());
   r.ms = t.ms();
   r.extra_bytes = mem.peak_bytes();
+  if (gpu.gpu_ms() >= 0) r.gpu_ms = gpu.gpu_ms(), r.gpu_extra_bytes = gpu.peak_bytes();
   return r;
 }
 

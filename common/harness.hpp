@@ -66,11 +66,17 @@ struct ForwardRun {
   Tensor O, LSE;
   double ms = 0;              // wall time of the stage call (milliseconds)
   int64_t extra_bytes = 0;    // peak heap bytes above inputs and outputs during the call
+  // GPU stages (common/devstats.hpp): kernel time by CUDA events (ms) and peak extra GPU memory
+  // (bytes, the device copies of inputs and outputs not counted); both -1 for a CPU stage.
+  double gpu_ms = -1;
+  int64_t gpu_extra_bytes = -1;
 };
 struct BackwardRun {
   Tensor dQ, dK, dV;
   double ms = 0;
   int64_t extra_bytes = 0;
+  double gpu_ms = -1;
+  int64_t gpu_extra_bytes = -1;
 };
 
 // Run once. Outputs are poisoned with NaN before the call, so unwritten elements show.

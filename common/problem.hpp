@@ -13,6 +13,14 @@
 #include <cstdint>
 #include <string>
 
+// The index helpers below are also called inside CUDA kernels (stage 05 takes an AttnProblem by
+// value): under nvcc they are compiled for both the host and the device.
+#if defined(__CUDACC__)
+#define FA_HOST_DEVICE __host__ __device__
+#else
+#define FA_HOST_DEVICE
+#endif
+
 namespace fa {
 
 struct AttnProblem {
@@ -34,21 +42,21 @@ struct AttnProblem {
   int64_t lse_elems() const { return B * H * N_q; }
 
   // Key/value head read by query head h (GQA: H / H_kv query heads share one kv head).
-  int64_t kv_head(int64_t h) const { return h / (H / H_kv); }
+  FA_HOST_DEVICE int64_t kv_head(int64_t h) const { return h / (H / H_kv); }
 
   // Offset (elements) of row i of Q or O for batch b, query head h.
-  int64_t q_offset(int64_t b, int64_t h, int64_t i) const { return ((b * H + h) * N_q + i) * d; }
+  FA_HOST_DEVICE int64_t q_offset(int64_t b, int64_t h, int64_t i) const { return ((b * H + h) * N_q + i) * d; }
   // Offset (elements) of row j of K or V seen by query head h (the GQA mapping is applied here).
-  int64_t kv_offset(int64_t b, int64_t h, int64_t j) const {
+  FA_HOST_DEVICE int64_t kv_offset(int64_t b, int64_t h, int64_t j) const {
     return ((b * H_kv + kv_head(h)) * N_k + j) * d;
   }
   // Offset (elements) of LSE[b, h, i].
-  int64_t lse_offset(int64_t b, int64_t h, int64_t i) const { return (b * H + h) * N_q + i; }
+  FA_HOST_DEVICE int64_t lse_offset(int64_t b, int64_t h, int64_t i) const { return (b * H + h) * N_q + i; }
 
   // Does query row i see key row j? Bottom-right aligned causal mask (see top of file).
-  bool visible(int64_t i, int64_t j) const { return !causal || j <= i + N_k - N_q; }
+  FA_HOST_DEVICE bool visible(int64_t i, int64_t j) const { return !causal || j <= i + N_k - N_q; }
   // Number of leading keys query row i sees (keys 0 .. last_key(i)-1); 0 for a fully masked row.
-  int64_t keys_seen(int64_t i) const {
+  FA_HOST_DEVICE int64_t keys_seen(int64_t i) const {
     if (!causal) return N_k;
     const int64_t n = i + N_k - N_q + 1;
     return n < 0 ? 0 : (n > N_k ? N_k : n);

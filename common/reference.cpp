@@ -9,9 +9,11 @@ namespace {
 
 // One (b, h) pair at a time, with plain index arithmetic written out here on purpose (no helper
 // shared with the stages), so a bug in problem.hpp cannot hide in both.
+// store_P(x) is applied to each normalised weight P_ij before it multiplies V (identity for the
+// reference itself; reference_forward_stored() rounds it to a 16-bit type).
 template <class In>
 void forward_impl(const AttnProblem& p, const In* Q, const In* K, const In* V, double* O,
-                  double* LSE) {
+                  double* LSE, double (*store_P)(double) = nullptr) {
   const int64_t B = p.B, H = p.H, Hkv = p.H_kv, Nq = p.N_q, Nk = p.N_k, d = p.d;
   const double scale = p.scale != 0.f ? double(p.scale) : 1.0 / std::sqrt(double(d));
   const int64_t group = H / Hkv;
@@ -44,7 +46,8 @@ void forward_impl(const AttnProblem& p, const In* Q, const In* K, const In* V, d
           if (seen[j]) sum += std::exp(s[j] - mx);
         for (int64_t j = 0; j < Nk; ++j) {
           if (!seen[j]) continue;
-          const double pj = std::exp(s[j] - mx) / sum;
+          double pj = std::exp(s[j] - mx) / sum;
+          if (store_P) pj = store_P(pj);
           const In* v = V + ((b * Hkv + hk) * Nk + j) * d;
           for (int64_t c = 0; c < d; ++c) o[c] += pj * double(v[c]);
         }
@@ -67,6 +70,18 @@ void reference_forward(const AttnProblem& p, const TensorD& Q, const TensorD& K,
   O = TensorD({p.B, p.H, p.N_q, p.d});
   LSE = TensorD({p.B, p.H, p.N_q});
   forward_impl(p, Q.ptr(), K.ptr(), V.ptr(), O.ptr(), LSE.ptr());
+}
+
+void reference_forward_stored(const AttnProblem& p, const Tensor& Q, const Tensor& K,
+                              const Tensor& V, DType P_dtype, DType O_dtype, TensorD& O,
+                              TensorD& LSE) {
+  O = TensorD({p.B, p.H, p.N_q, p.d});
+  LSE = TensorD({p.B, p.H, p.N_q});
+  double (*store_P)(double) = nullptr;
+  if (P_dtype == DType::fp16) store_P = [](double x) { return double(float(lowp::Half(x))); };
+  if (P_dtype == DType::bf16) store_P = [](double x) { return double(float(lowp::BFloat16(x))); };
+  forward_impl(p, Q.ptr(), K.ptr(), V.ptr(), O.ptr(), LSE.ptr(), store_P);
+  for (double& o : O.data) o = round_to(O_dtype, o);
 }
 
 void reference_backward(const AttnProblem& p, const TensorD& Q, const TensorD& K,

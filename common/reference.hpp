@@ -3,6 +3,7 @@
 // builds the causal mask from the documented rule itself (query i sees key j iff
 // j <= i + N_k - N_q) and maps query head h to kv head h / (H / H_kv) itself.
 #pragma once
+#include "dtype.hpp"
 #include "problem.hpp"
 #include "tensor.hpp"
 
@@ -17,6 +18,16 @@ void reference_forward(const AttnProblem& p, const Tensor& Q, const Tensor& K, c
 // The same in double inputs (used by finite-difference checks).
 void reference_forward(const AttnProblem& p, const TensorD& Q, const TensorD& K, const TensorD& V,
                        TensorD& O, TensorD& LSE);
+
+// Standard attention computed exactly (float64) but with values STORED in a 16-bit type where a
+// GPU kernel stores them: each normalised weight P_ij rounded to P_dtype before it multiplies V
+// (tensor-core and cuBLAS kernels multiply P in 16 bits; fp32 means not rounded), and O rounded to
+// O_dtype at the end. Its error against reference_forward() is the part of a kernel's error that
+// storage alone causes, whatever the arithmetic (the low-precision baseline of conformance.hpp).
+// LSE is not stored in 16 bits by any kernel, so it is the reference's. Shapes as above.
+void reference_forward_stored(const AttnProblem& p, const Tensor& Q, const Tensor& K,
+                              const Tensor& V, DType P_dtype, DType O_dtype, TensorD& O,
+                              TensorD& LSE);
 
 // Backward of O = softmax(scale Q K^T) V for the upstream gradient dO (shape of O), in float64:
 // dV = P^T dO, dP = dO V^T, D_i = sum_c dO_ic O_ic, dS = P * (dP - D), dQ = scale dS K,

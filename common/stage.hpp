@@ -4,6 +4,7 @@
 #include <functional>
 #include <string>
 
+#include "dtype.hpp"
 #include "problem.hpp"
 
 namespace fa {
@@ -25,6 +26,9 @@ struct Stage {
   // How many N_q x N_k float matrices a call keeps per (batch, head), for the memory check
   // before a run (check_memory in harness.hpp): stage 01 forward S, P = 2, backward S, P, dP, dS = 4.
   int nxn_forward = 0, nxn_backward = 0;
+  // GPU stages: the forward for an element type (--dtype fp32|fp16|bf16: Q, K, V rounded to it
+  // and O stored in it). Empty for the CPU stages, which compute in fp32 and refuse other dtypes.
+  std::function<ForwardFn(DType)> forward_for = {};
 };
 
 }  // namespace fa

@@ -1,0 +1,108 @@
+#include "adapter.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "check.hpp"
+#include "device_buffer.hpp"
+#include "devstats.hpp"
+#include "errors.hpp"
+#include "event_timer.hpp"
+#include "gpu.hpp"
+
+namespace fa {
+namespace {
+
+// Page-locked host memory for the copies to and from the GPU (faster, and not heap memory, so
+// it does not count as the stage's extra host memory: it is where the inputs and outputs travel).
+class Pinned {
+ public:
+  explicit Pinned(int64_t bytes) {
+    if (bytes > 0) FA_CUDA_CHECK(cudaMallocHost(&p_, size_t(bytes)));
+  }
+  ~Pinned() {
+    if (p_) cudaFreeHost(p_);
+  }
+  Pinned(const Pinned&) = delete;
+  Pinned& operator=(const Pinned&) = delete;
+  void* get() const { return p_; }
+
+ private:
+  void* p_ = nullptr;
+};
+
+// An input value the dtype cannot hold becomes infinity on the GPU: refuse it instead.
+void check_range(const float* x, int64_t n, DType t, const char* arg) {
+  if (t != DType::fp16) return;  // bf16 and fp32 share float32's exponent range
+  for (int64_t i = 0; i < n; ++i)
+    if (std::fabs(x[i]) > 65504.f) {
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "%g at flat index %lld", double(x[i]), static_cast<long long>(i));
+      throw InputError(arg, "values within fp16's range (|x| <= 65504; try --dtype bf16)", buf);
+    }
+}
+
+std::string gib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / double(1ull << 30));
+  return buf;
+}
+
+}  // namespace
+
+ForwardFn gpu_forward(DeviceForwardFn f, DType dtype, WorkspaceFn workspace) {
+  return [f = std::move(f), dtype, workspace = std::move(workspace)](
+             const AttnProblem& p, const float* Q, const float* K, const float* V, float* O,
+             float* LSE) {
+    require_gpu();
+    const int64_t nq = p.q_elems(), nkv = p.kv_elems(), nl = p.lse_elems();
+    check_range(Q, nq, dtype, "--q");
+    check_range(K, nkv, dtype, "--k");
+    check_range(V, nkv, dtype, "--v");
+    const int64_t eb = dtype_bytes(dtype);
+    const int64_t need = eb * (2 * nq + 2 * nkv) + 4 * nl + (workspace ? workspace(p, dtype) : 0);
+    const long long free_b = gpu_free_bytes();
+    if (free_b >= 0 && need > free_b - free_b / 20)
+      throw InputError("--seq-q/--seq-k", "a problem that fits in the GPU's " + gib(double(free_b)) + " of free memory",
+                       gib(double(need)) + " needed (inputs, outputs and the kernel's workspace)");
+
+    cudaStream_t stream = nullptr;  // the default stream: one run at a time, in order
+    DeviceBuffer<uint8_t> dQ(eb * nq, Mem::Io, stream), dK(eb * nkv, Mem::Io, stream),
+        dV(eb * nkv, Mem::Io, stream), dO(eb * nq, Mem::Io, stream);
+    DeviceBuffer<float> dLSE(nl, Mem::Io, stream);
+    {
+      Pinned stage(eb * std::max(nq, nkv));
+      const std::pair<const float*, DeviceBuffer<uint8_t>*> ins[] = {{Q, &dQ}, {K, &dK}, {V, &dV}};
+      for (auto [src, dst] : ins) {
+        const int64_t n = dst->bytes() / eb;
+        encode(dtype, src, n, stage.get());
+        FA_CUDA_CHECK(cudaMemcpyAsync(dst->get(), stage.get(), size_t(dst->bytes()), cudaMemcpyHostToDevice, stream));
+        FA_CUDA_CHECK(cudaStreamSynchronize(stream));  // the staging buffer is reused
+      }
+    }
+    // A first, untimed call loads the kernel's module and creates library handles, so the timed
+    // call below measures the kernel alone.
+    f(p, dtype, dQ.get(), dK.get(), dV.get(), dO.get(), dLSE.get(), stream);
+    FA_CUDA_CHECK(cudaGetLastError());
+    // Then poison the outputs: all bits set is a NaN in fp32, fp16 and bf16 alike, so an element
+    // the timed call does not write shows as NaN.
+    FA_CUDA_CHECK(cudaMemsetAsync(dO.get(), 0xFF, size_t(dO.bytes()), stream));
+    FA_CUDA_CHECK(cudaMemsetAsync(dLSE.get(), 0xFF, size_t(dLSE.bytes()), stream));
+
+    EventTimer timer(stream);
+    f(p, dtype, dQ.get(), dK.get(), dV.get(), dO.get(), dLSE.get(), stream);
+    FA_CUDA_CHECK(cudaGetLastError());
+    devstats::set_last_ms(timer.stop());
+    FA_CUDA_CHECK(cudaStreamSynchronize(stream));
+
+    Pinned out(eb * nq);
+    FA_CUDA_CHECK(cudaMemcpyAsync(out.get(), dO.get(), size_t(dO.bytes()), cudaMemcpyDeviceToHost, stream));
+    FA_CUDA_CHECK(cudaMemcpyAsync(LSE, dLSE.get(), size_t(dLSE.bytes()), cudaMemcpyDeviceToHost, stream));
+    FA_CUDA_CHECK(cudaStreamSynchronize(stream));
+    decode(dtype, out.get(), nq, O);
+  };
+}
+
+}  // namespace fa

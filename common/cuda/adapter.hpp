@@ -1,0 +1,40 @@
+// The host adapter: turns a GPU forward that works on device pointers into the course's common
+// ForwardFn (float32 tensors on the host, common/stage.hpp), so the conformance battery, the
+// stage programs and the tour run every GPU kernel unchanged.
+//
+// One call of the ForwardFn it returns:
+//   1. rounds Q, K, V to the dtype (round to nearest even, common/dtype.hpp) and uploads them;
+//   2. runs the kernel once untimed (module loading, library handles: a warm-up);
+//   3. fills O and LSE on the GPU with NaN bits, so an element the kernel never writes fails, and
+//      runs the kernel again between two CUDA events (the GPU time goes to devstats::set_last_ms);
+//   4. waits, checks for errors, downloads O (converted to float32) and LSE (float32).
+// The device copies of Q, K, V, O, LSE are inputs and outputs (Mem::Io); whatever the kernel
+// allocates itself through counted DeviceBuffers is the run's extra GPU memory.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <functional>
+
+#include "dtype.hpp"
+#include "stage.hpp"
+
+namespace fa {
+
+// A forward on the GPU. Device pointers: Q [B,H,N_q,d], K and V [B,H_kv,N_k,d], O [B,H,N_q,d],
+// all in `dtype`; LSE [B,H,N_q] float32. Launches on `stream`; may return before the kernels end.
+// Throws InputError for a problem it does not support, CudaError for a CUDA failure.
+using DeviceForwardFn = std::function<void(const AttnProblem& p, DType dtype, const void* Q,
+                                           const void* K, const void* V, void* O, float* LSE,
+                                           cudaStream_t stream)>;
+
+// Bytes of GPU workspace f needs for a problem (to refuse, before allocating anything, a problem
+// that does not fit in the GPU's free memory).
+using WorkspaceFn = std::function<int64_t(const AttnProblem& p, DType dtype)>;
+
+// The ForwardFn for f in `dtype`. Its calls throw InputError when there is no GPU, when an input
+// value is outside the dtype's range (|x| > 65504 in fp16), or when inputs, outputs and workspace
+// exceed the GPU's free memory; CudaError when CUDA fails.
+ForwardFn gpu_forward(DeviceForwardFn f, DType dtype, WorkspaceFn workspace = {});
+
+}  // namespace fa

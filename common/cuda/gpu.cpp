@@ -1,0 +1,55 @@
+#include "gpu.hpp"
+
+#include <cuda_runtime.h>
+
+#include <cstdio>
+
+#include "errors.hpp"
+
+namespace fa {
+
+bool gpu_available(std::string* why) {
+  int n = 0;
+  const cudaError_t err = cudaGetDeviceCount(&n);
+  if (err != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky error state of the runtime call
+    if (why) {
+      *why = std::string(cudaGetErrorName(err));
+      // What the runtime says on a machine with no NVIDIA driver at all reads as a version
+      // problem; say both.
+      *why += err == cudaErrorInsufficientDriver ? ": no NVIDIA driver, or one older than this CUDA runtime"
+                                                 : std::string(": ") + cudaGetErrorString(err);
+    }
+    return false;
+  }
+  if (n == 0) {
+    if (why) *why = "no CUDA device";
+    return false;
+  }
+  return true;
+}
+
+void require_gpu() {
+  std::string why;
+  if (!gpu_available(&why)) throw InputError("GPU", "a CUDA GPU (this stage runs on one)", "none (" + why + ")");
+}
+
+std::string gpu_description() {
+  int dev = 0;
+  cudaDeviceProp prop{};
+  if (!gpu_available() || cudaGetDevice(&dev) != cudaSuccess ||
+      cudaGetDeviceProperties(&prop, dev) != cudaSuccess)
+    return "";
+  char buf[96];
+  std::snprintf(buf, sizeof buf, " (sm_%d%d, %d SMs, %.1f GiB)", prop.major, prop.minor,
+                prop.multiProcessorCount, double(prop.totalGlobalMem) / double(1ull << 30));
+  return std::string(prop.name) + buf;
+}
+
+long long gpu_free_bytes() {
+  size_t free_b = 0, total = 0;
+  if (!gpu_available() || cudaMemGetInfo(&free_b, &total) != cudaSuccess) return -1;
+  return static_cast<long long>(free_b);
+}
+
+}  // namespace fa

@@ -1,0 +1,22 @@
+// Is there a GPU, and which one. Host code; safe to call on a machine without a GPU or driver
+// (the CUDA runtime then answers with an error code, which is reported, never thrown).
+#pragma once
+#include <string>
+
+namespace fa {
+
+// True if a CUDA device can be used. Otherwise false, with `why` set to CUDA's reason
+// (e.g. "cudaErrorNoDevice: no CUDA-capable device is detected").
+bool gpu_available(std::string* why = nullptr);
+
+// Throws InputError("GPU", "a CUDA GPU ...", <the reason>) unless gpu_available(): the one line
+// and exit code 2 a GPU stage gives on a machine without a GPU.
+void require_gpu();
+
+// "NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB)" for the current device; "" if none.
+std::string gpu_description();
+
+// Bytes of memory free on the current device (cudaMemGetInfo); -1 if unknown.
+long long gpu_free_bytes();
+
+}  // namespace fa
