@@ -15,6 +15,10 @@
 #include "stage_02.hpp"
 #include "stage_03.hpp"
 #include "stage_04.hpp"
+#ifdef FA_HAVE_CUDA
+#include "gpu.hpp"
+#include "stage_05.hpp"
+#endif
 
 namespace {
 
@@ -24,14 +28,31 @@ struct Entry {
   std::string why;
 };
 
-std::vector<Entry> stages() {
+// The stages in course order. GPU stages run in `gpu_dtype` (--dtype); the CPU stages in fp32.
+std::vector<Entry> stages(fa::DType gpu_dtype) {
   std::vector<Entry> v;
   auto built = [&](const fa::Stage& s) { v.push_back({s.name, s.idea, s, ""}); };
   built(stage_01());
   built(stage_02());
   built(stage_03());
   built(stage_04());
-  v.push_back({"05_cuda_tiled", "the tiling in GPU shared memory, then tensor cores", std::nullopt, "not built yet; will need an NVIDIA GPU"});
+  const char* idea05 = "the tiling in GPU shared memory, then tensor cores";
+#ifdef FA_HAVE_CUDA
+  std::string why;
+  if (fa::gpu_available(&why)) {
+    for (const fa05::KernelInfo& k : fa05::kernels()) {  // every kernel version, one row each
+      fa::Stage s = stage_05(k.name);
+      s.name = "05_cuda_tiled " + k.name;
+      s.forward = s.forward_for(gpu_dtype);
+      built(s);
+    }
+  } else {
+    v.push_back({"05_cuda_tiled", idea05, std::nullopt, "no GPU: " + why});
+  }
+#else
+  (void)gpu_dtype;
+  v.push_back({"05_cuda_tiled", idea05, std::nullopt, "not built: no CUDA compiler (nvcc) at configure time"});
+#endif
   v.push_back({"06_backward_recompute", "backward from LSE: recompute P block by block", std::nullopt, "not built yet"});
   return v;
 }
@@ -57,10 +78,11 @@ int main(int argc, char** argv) {
   fa::CliFlags f;
   fa::add_common_flags(app, f, /*backward=*/false, /*outputs=*/false);
   return fa::run_program(app, argc, argv, [&]() -> int {
-    fa::check_dtype(f);
+    const fa::DType gpu_dtype = fa::parse_dtype(f.dtype);  // for the GPU rows only
     fa::Inputs in = fa::make_inputs(f);
+    const std::vector<Entry> all = stages(gpu_dtype);
     int nxn = 0;
-    for (const Entry& e : stages())
+    for (const Entry& e : all)
       if (e.stage) nxn = std::max({nxn, e.stage->nxn_forward, e.stage->nxn_backward});
     fa::check_memory(fa::estimate_run_bytes(in.p, nxn, true, !f.no_check), "--seq-q/--seq-k",
                      "the N_q x N_k matrices of stages 01 and 02");
@@ -75,12 +97,13 @@ int main(int argc, char** argv) {
     }
     out(txt, "errors are max |X - X_ref| over all elements (backward rows: the largest over dQ, dK,\n"
              "dV); stage 01 is the baseline, so its 'vs 01' is 0; extra memory is measured (peak\n"
-             "heap bytes above inputs and outputs); time is one run, wall clock (benchmarks: bench_*)\n\n");
+             "heap bytes above inputs and outputs); time is one run, wall clock (benchmarks: bench_*)\n");
+    out(txt, "GPU rows (05_*, in %s): extra memory on the GPU and kernel time by CUDA events\n\n", f.dtype.c_str());
     out(txt, "%-28s %-13s %-13s %-13s %-13s %10s\n", "stage", "O vs 01", "O vs f64", "LSE vs f64",
         "extra mem", "time ms");
     out(txt, "%s\n", std::string(95, '-').c_str());
     nlohmann::json rows = nlohmann::json::array();
-    for (const Entry& e : stages()) {
+    for (const Entry& e : all) {
       if (!e.stage) {
         out(txt, "%-28s (%s) %s\n", e.name.c_str(), e.why.c_str(), e.idea.c_str());
         rows.push_back({{"stage", e.name}, {"built", false}, {"why", e.why}});
@@ -90,16 +113,19 @@ int main(int argc, char** argv) {
       fa::warn_nonfinite("tour: " + e.name, "O", r.O, false);
       fa::warn_nonfinite("tour: " + e.name, "LSE", r.LSE, true);
       std::string c1 = "-", c2 = "-", c3 = "-";
+      const bool gpu = r.gpu_ms >= 0;
       nlohmann::json row = {{"stage", e.name}, {"built", true}, {"pass", "forward"},
-                            {"ms", r.ms}, {"extra_bytes", r.extra_bytes}};
+                            {"ms", gpu ? r.gpu_ms : r.ms}, {"extra_bytes", gpu ? r.gpu_extra_bytes : r.extra_bytes}};
+      if (gpu) row["gpu"] = true, row["dtype"] = f.dtype;
       if (base) {
         const fa::ForwardErrors er = base->compare(r);
         c1 = g(er.O_vs_01.max_abs), c2 = g(er.O_vs_f64.max_abs), c3 = g(er.LSE_vs_f64.max_abs);
         row["O_vs_01"] = er.O_vs_01.max_abs, row["O_vs_f64"] = er.O_vs_f64.max_abs;
         row["LSE_vs_f64"] = er.LSE_vs_f64.max_abs;
       }
+      const std::string mem = gpu ? fa::human_bytes(r.gpu_extra_bytes) + " GPU" : fa::human_bytes(r.extra_bytes);
       out(txt, "%-28s %-13s %-13s %-13s %-13s %10.2f\n", e.name.c_str(), c1.c_str(), c2.c_str(),
-          c3.c_str(), fa::human_bytes(r.extra_bytes).c_str(), r.ms);
+          c3.c_str(), mem.c_str(), gpu ? r.gpu_ms : r.ms);
       rows.push_back(row);
       if (e.stage->backward) {
         const fa::BackwardRun b = fa::run_backward(e.stage->backward, in, r);

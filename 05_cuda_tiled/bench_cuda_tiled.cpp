@@ -1,0 +1,231 @@
+// Stage 05 benchmark (Google Benchmark, manual time from CUDA events) on the FlashAttention
+// papers' grid: B*N = 16384 tokens, H = 2048/d heads, N in {512 .. 16384}, d in {64, 128},
+// causal and not. Every kernel of runner.hpp in fp32 and bf16, and cuBLAS GEMMs as the measured
+// ceilings of the same process.
+//
+//   BM_gemm/dtype            an 8192^3 cuBLAS GEMM (fp32 without TF32; bf16 on tensor cores):
+//                            the practical peak of the dtype on this GPU, measured
+//   BM_attn/kernel:dtype/... one forward of runner.hpp's kernel
+//   BM_v1_sram/...           v1 at several shared-memory budgets M (the block-size sweep)
+// Counters: TFLOP/s (forward 4*B*H*N_q*N_k*d, halved for causal, FlashAttention's convention),
+//   pct_gemm (of BM_gemm's rate for the dtype, measured in this process), pct_peak (of the
+//   datasheet's dense peak: fp32 66.9, bf16 989.4 TFLOP/s for the H100/H200 SXM), gpu_extra_bytes
+//   (the kernel's workspace, measured by the counted device buffers).
+// Timing: inputs random normal (cuRAND), several input sets rotated when one set would fit in
+// L2 (so no iteration reads from a warm cache), one untimed warm-up launch, then each iteration
+// is one launch between two CUDA events (kernel time only, no host overhead).
+// Run (writes docs/results/bench_05_cuda_tiled.json; needs a GPU):
+//   build/05_cuda_tiled/bench_05_cuda_tiled --benchmark_out=docs/results/bench_05_cuda_tiled.json --benchmark_out_format=json
+#include <benchmark/benchmark.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <curand.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "check.hpp"
+#include "device_buffer.hpp"
+#include "devstats.hpp"
+#include "event_timer.hpp"
+#include "gpu.hpp"
+#include "runner.hpp"
+
+namespace {
+
+constexpr double kPeakFp32 = 66.9, kPeakBf16 = 989.4;  // TFLOP/s, dense, datasheet (H100/H200 SXM)
+
+double peak_tflops(fa::DType t) { return t == fa::DType::fp32 ? kPeakFp32 : kPeakBf16; }
+
+void curand_check(curandStatus_t s) {
+  if (s != CURAND_STATUS_SUCCESS) throw std::runtime_error("cuRAND error " + std::to_string(int(s)));
+}
+
+// n normal(0, 1) values in `dtype` at dst (cuRAND makes float32; a cast kernel would be more
+// code than this: float32 goes straight in, 16-bit types are converted on the host once).
+void fill_normal(void* dst, int64_t n, fa::DType t, uint64_t seed) {
+  fa::DeviceBuffer<float> tmp(n + (n & 1), fa::Mem::Io);  // cuRAND's normals come in pairs
+  curandGenerator_t gen;
+  curand_check(curandCreateGenerator(&gen, CURAND_RNG_PSEUDO_PHILOX4_32_10));
+  curand_check(curandSetPseudoRandomGeneratorSeed(gen, seed));
+  curand_check(curandGenerateNormal(gen, tmp.get(), size_t(tmp.size()), 0.f, 1.f));
+  curand_check(curandDestroyGenerator(gen));
+  if (t == fa::DType::fp32) {
+    FA_CUDA_CHECK(cudaMemcpy(dst, tmp.get(), size_t(n) * 4, cudaMemcpyDeviceToDevice));
+    return;
+  }
+  std::vector<float> h(static_cast<size_t>(n));
+  std::vector<uint16_t> h16(static_cast<size_t>(n));
+  FA_CUDA_CHECK(cudaMemcpy(h.data(), tmp.get(), size_t(n) * 4, cudaMemcpyDeviceToHost));
+  fa::encode(t, h.data(), n, h16.data());
+  FA_CUDA_CHECK(cudaMemcpy(dst, h16.data(), size_t(n) * 2, cudaMemcpyHostToDevice));
+}
+
+// A random tensor of n elements in dtype t, made once per (n, t, seed) and kept: every problem of
+// the papers' grid has the same element counts (B*N = 16384, H*d = 2048), so they share inputs.
+const void* random_tensor(int64_t n, fa::DType t, uint64_t seed) {
+  static std::map<std::tuple<int64_t, int, uint64_t>, fa::DeviceBuffer<uint8_t>> cache;
+  auto& buf = cache[{n, int(t), seed}];
+  if (buf.size() == 0) {
+    buf = fa::DeviceBuffer<uint8_t>(fa::dtype_bytes(t) * n, fa::Mem::Io);
+    fill_normal(buf.get(), n, t, seed);
+  }
+  return buf.get();
+}
+
+int64_t l2_bytes() {
+  int dev = 0, l2 = 0;
+  FA_CUDA_CHECK(cudaGetDevice(&dev));
+  FA_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
+  return l2;
+}
+
+// The measured GEMM rate per dtype (TFLOP/s), filled by BM_gemm (registered first, so it runs
+// first); pct_gemm divides by it.
+std::map<fa::DType, double> g_gemm_tflops;
+
+void BM_gemm(benchmark::State& state) {
+  const fa::DType t = fa::DType(state.range(0));
+  const int n = 8192;
+  const int64_t eb = fa::dtype_bytes(t);
+  fa::DeviceBuffer<uint8_t> A(eb * n * n, fa::Mem::Io), B(eb * n * n, fa::Mem::Io), C(eb * n * n, fa::Mem::Io);
+  fill_normal(A.get(), int64_t(n) * n, t, 1);
+  fill_normal(B.get(), int64_t(n) * n, t, 2);
+  cublasHandle_t h;
+  cublasCreate(&h);
+  const cudaDataType_t ty = t == fa::DType::fp32 ? CUDA_R_32F : CUDA_R_16BF;
+  const float one = 1.f, zero = 0.f;
+  auto gemm = [&] {
+    if (cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, A.get(), ty, n, B.get(), ty, n, &zero,
+                     C.get(), ty, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS)
+      throw std::runtime_error("cublasGemmEx failed");
+  };
+  gemm();
+  for (auto _ : state) {
+    fa::EventTimer timer;
+    gemm();
+    state.SetIterationTime(timer.stop() * 1e-3);
+  }
+  cublasDestroy(h);
+  const double flops = 2.0 * n * n * double(n);
+  state.counters["TFLOP/s"] = benchmark::Counter(flops * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["pct_peak"] = benchmark::Counter(flops * 1e-12 / peak_tflops(t) * 100,
+                                                  benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(fa::dtype_name(t));
+  // The rate for pct_gemm below: measured once more here outside the benchmark loop (median of 5).
+  std::vector<float> ms;
+  for (int i = 0; i < 5; ++i) {
+    fa::EventTimer timer;
+    gemm();
+    ms.push_back(timer.stop());
+  }
+  std::sort(ms.begin(), ms.end());
+  g_gemm_tflops[t] = flops / (double(ms[2]) * 1e9);
+}
+
+// One forward of `kernel` in `dtype` on problem p, timed per launch.
+void time_forward(benchmark::State& state, const std::string& kernel, fa::DType t, const fa::AttnProblem& p,
+                  const fa05::Config& cfg) {
+  const int64_t eb = fa::dtype_bytes(t);
+  const int64_t set_bytes = eb * (p.q_elems() + 2 * p.kv_elems());
+  // Enough input sets that their total exceeds 3x the L2 cache (at most 8).
+  const int sets = int(std::clamp<int64_t>((3 * l2_bytes() + set_bytes - 1) / set_bytes, 1, 8));
+  std::vector<const void*> Q, K, V;
+  for (int s = 0; s < sets; ++s) {
+    Q.push_back(random_tensor(p.q_elems(), t, 10 + 3 * s));
+    K.push_back(random_tensor(p.kv_elems(), t, 11 + 3 * s));
+    V.push_back(random_tensor(p.kv_elems(), t, 12 + 3 * s));
+  }
+  fa::DeviceBuffer<uint8_t> O(eb * p.q_elems(), fa::Mem::Io);
+  fa::DeviceBuffer<float> LSE(p.lse_elems(), fa::Mem::Io);
+  auto launch = [&](int s) {
+    fa05::forward(kernel, p, t, Q[size_t(s)], K[size_t(s)], V[size_t(s)], O.get(), LSE.get(), cfg, nullptr);
+  };
+  int64_t extra = 0;
+  {
+    fa::ExtraDeviceMemory mem;  // the warm-up launch also measures the workspace
+    launch(0);
+    FA_CUDA_CHECK(cudaDeviceSynchronize());
+    extra = mem.peak_bytes();
+  }
+  int s = 0;
+  for (auto _ : state) {
+    fa::EventTimer timer;
+    launch(s);
+    state.SetIterationTime(timer.stop() * 1e-3);
+    s = (s + 1) % sets;
+  }
+  FA_CUDA_CHECK(cudaGetLastError());
+  const double tf = p.forward_flops() * 1e-12;
+  state.counters["TFLOP/s"] = benchmark::Counter(tf, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["pct_peak"] = benchmark::Counter(tf / peak_tflops(t) * 100, benchmark::Counter::kIsIterationInvariantRate);
+  if (g_gemm_tflops.count(t))
+    state.counters["pct_gemm"] = benchmark::Counter(tf / g_gemm_tflops[t] * 100, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["gpu_extra_bytes"] = double(extra);
+  state.counters["input_sets"] = sets;
+  const fa05::Plan pl = fa05::plan(kernel, p, t, cfg);
+  state.counters["Br"] = double(pl.Br);
+  state.counters["Bc"] = double(pl.Bc);
+  state.counters["smem_bytes"] = double(pl.smem_bytes);
+  state.SetLabel(kernel + ":" + fa::dtype_name(t));
+}
+
+fa::AttnProblem paper_problem(int64_t N, int64_t d, bool causal) {
+  fa::AttnProblem p;
+  p.B = 16384 / N, p.H = 2048 / d, p.H_kv = p.H, p.N_q = N, p.N_k = N, p.d = d, p.causal = causal;
+  return p;
+}
+
+// Args: kernel index, dtype, N, d, causal.
+void BM_attn(benchmark::State& state) {
+  const std::string kernel = fa05::kernels()[size_t(state.range(0))].name;
+  time_forward(state, kernel, fa::DType(state.range(1)),
+               paper_problem(state.range(2), state.range(3), state.range(4) != 0), {});
+}
+
+// v1 at shared-memory budgets M (KiB): the block-size sweep. Args: M_KiB, dtype, N, d, causal.
+void BM_v1_sram(benchmark::State& state) {
+  fa05::Config cfg;
+  cfg.sram_bytes = state.range(0) * 1024;
+  time_forward(state, "v1", fa::DType(state.range(1)), paper_problem(state.range(2), state.range(3), state.range(4) != 0), cfg);
+}
+
+void attn_grid(benchmark::internal::Benchmark* b) {
+  for (int64_t k = 0; k < int64_t(fa05::kernels().size()); ++k)
+    for (int64_t t : {int64_t(fa::DType::fp32), int64_t(fa::DType::bf16)})
+      for (int64_t d : {64, 128})
+        for (int64_t causal : {0, 1})
+          for (int64_t N : {512, 1024, 2048, 4096, 8192, 16384}) b->Args({k, t, N, d, causal});
+  b->ArgNames({"kernel", "dtype", "N", "d", "causal"});
+}
+
+void sram_grid(benchmark::internal::Benchmark* b) {
+  for (int64_t d : {64, 128})
+    for (int64_t m : {16, 32, 48, 64, 96, 160}) b->Args({m, int64_t(fa::DType::bf16), 4096, d, 0});
+  b->ArgNames({"M_KiB", "dtype", "N", "d", "causal"});
+}
+
+}  // namespace
+
+BENCHMARK(BM_gemm)->Arg(int64_t(fa::DType::fp32))->Arg(int64_t(fa::DType::bf16))->ArgName("dtype")
+    ->UseManualTime()->MinTime(0.2)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_attn)->Apply(attn_grid)->UseManualTime()->MinTime(0.1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_v1_sram)->Apply(sram_grid)->UseManualTime()->MinTime(0.1)->Unit(benchmark::kMillisecond);
+
+int main(int argc, char** argv) {
+  std::string why;
+  if (!fa::gpu_available(&why)) {
+    std::fprintf(stderr, "bench_05_cuda_tiled: skipped: no usable CUDA GPU (%s)\n", why.c_str());
+    return 0;
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::AddCustomContext("gpu", fa::gpu_description());
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,100 @@
+// libfa05.so: the C ABI of fa05.h over the runner (runner.hpp). Exceptions stop here: every
+// failure becomes a status code and a message for fa05_last_error().
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <new>
+#include <string>
+
+#include "check.hpp"
+#include "fa05.h"
+#include "runner.hpp"
+
+namespace {
+
+thread_local std::string g_error;
+
+int fail(int status, const std::string& msg) {
+  g_error = msg;
+  return status;
+}
+
+// The problem, checked as the CLI checks it (fa::validate) plus the C-only cases.
+int make_problem(const char* kernel, int64_t B, int64_t H, int64_t H_kv, int64_t N_q, int64_t N_k,
+                 int64_t d, int dtype, int causal, float scale, fa::AttnProblem& p, fa::DType& t) {
+  if (!kernel) return fail(FA05_INVALID_ARGUMENT, "kernel: expected a name, found NULL");
+  if (dtype < FA05_FP32 || dtype > FA05_BF16)
+    return fail(FA05_INVALID_ARGUMENT, "dtype: expected 0 (fp32), 1 (fp16) or 2 (bf16), found " + std::to_string(dtype));
+  if (!(std::isfinite(scale) && scale >= 0.f))
+    return fail(FA05_INVALID_ARGUMENT, "scale: expected a finite number > 0 (or 0 for 1/sqrt(d)), found " + std::to_string(scale));
+  p.B = B, p.H = H, p.H_kv = H_kv, p.N_q = N_q, p.N_k = N_k, p.d = d;
+  p.causal = causal != 0;
+  p.scale = scale;
+  t = static_cast<fa::DType>(dtype);
+  return FA05_OK;
+}
+
+// Runs f, mapping each exception to its status.
+template <class F>
+int guarded(F f) {
+  try {
+    f();
+    return FA05_OK;
+  } catch (const fa05::Unsupported& e) {
+    return fail(FA05_UNSUPPORTED, e.what());
+  } catch (const fa::InputError& e) {
+    return fail(FA05_INVALID_ARGUMENT, e.what());
+  } catch (const fa::CudaError& e) {
+    if (e.code == cudaErrorMemoryAllocation) {
+      cudaGetLastError();  // not sticky: clear it so the caller's next CUDA call is unaffected
+      return fail(FA05_OUT_OF_MEMORY, e.what());
+    }
+    return fail(FA05_CUDA_ERROR, e.what());
+  } catch (const std::bad_alloc&) {
+    return fail(FA05_OUT_OF_MEMORY, "host memory exhausted");
+  } catch (const std::exception& e) {
+    return fail(FA05_CUDA_ERROR, e.what());
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+int fa05_forward(const char* kernel, const void* Q, const void* K, const void* V, void* O, float* LSE,
+                 int64_t B, int64_t H, int64_t H_kv, int64_t N_q, int64_t N_k, int64_t d, int dtype,
+                 int causal, float scale, void* stream) {
+  g_error.clear();
+  fa::AttnProblem p;
+  fa::DType t;
+  if (int s = make_problem(kernel, B, H, H_kv, N_q, N_k, d, dtype, causal, scale, p, t)) return s;
+  if (!Q || !K || !V || !O || !LSE)
+    return fail(FA05_INVALID_ARGUMENT, "Q, K, V, O, LSE: expected device pointers, found NULL");
+  return guarded([&] {
+    fa05::forward(kernel, p, t, Q, K, V, O, LSE, fa05::Config{}, static_cast<cudaStream_t>(stream));
+  });
+}
+
+int fa05_workspace_bytes(const char* kernel, int64_t B, int64_t H, int64_t H_kv, int64_t N_q,
+                         int64_t N_k, int64_t d, int dtype, int causal, int64_t* bytes) {
+  g_error.clear();
+  fa::AttnProblem p;
+  fa::DType t;
+  if (int s = make_problem(kernel, B, H, H_kv, N_q, N_k, d, dtype, causal, 0.f, p, t)) return s;
+  if (!bytes) return fail(FA05_INVALID_ARGUMENT, "bytes: expected a pointer, found NULL");
+  return guarded([&] { *bytes = fa05::plan(kernel, p, t).workspace_bytes; });
+}
+
+int fa05_kernel_count(void) { return int(fa05::kernels().size()); }
+
+const char* fa05_kernel_name(int i) {
+  return i >= 0 && i < fa05_kernel_count() ? fa05::kernels()[size_t(i)].name.c_str() : nullptr;
+}
+
+const char* fa05_kernel_idea(int i) {
+  return i >= 0 && i < fa05_kernel_count() ? fa05::kernels()[size_t(i)].idea.c_str() : nullptr;
+}
+
+const char* fa05_last_error(void) { return g_error.c_str(); }
+
+}  // extern "C"

@@ -1,0 +1,58 @@
+/* Stage 05 as a C library (libfa05.so), for callers outside C++: tools/compare_torch.py loads it
+ * with ctypes and passes PyTorch tensors' device pointers, so our kernels and PyTorch's SDPA
+ * backends run in one process on the same data.
+ *
+ * Every function returns a status and never exits, aborts or prints; after a non-zero status
+ * fa05_last_error() says what went wrong, in one line (the thread's last error).
+ */
+#ifndef FA05_H
+#define FA05_H
+#include <stdint.h>
+
+#ifndef FA05_API
+#define FA05_API /* the library's build marks these as its only exported symbols */
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum fa05_dtype { FA05_FP32 = 0, FA05_FP16 = 1, FA05_BF16 = 2 };
+
+enum fa05_status {
+  FA05_OK = 0,
+  FA05_INVALID_ARGUMENT = 1, /* a null pointer, a size < 1, H % H_kv != 0, a bad dtype or scale */
+  FA05_UNSUPPORTED = 2,      /* a valid problem this kernel cannot run (e.g. d above its limit) */
+  FA05_CUDA_ERROR = 3,       /* CUDA or cuBLAS failed (no GPU, a launch or runtime error) */
+  FA05_OUT_OF_MEMORY = 4     /* the kernel's workspace did not fit in GPU memory */
+};
+
+/* Forward attention with kernel `kernel` ("v1", "cublas", ...: fa05_kernel_name) on `stream`
+ * (a cudaStream_t; NULL for the default stream). Returns when the work is queued, not done.
+ *   Q, O : device pointers, [B, H, N_q, d], row-major, in `dtype` (enum fa05_dtype)
+ *   K, V : device pointers, [B, H_kv, N_k, d], in `dtype`; query head h reads kv head h / (H / H_kv)
+ *   LSE  : device pointer, [B, H, N_q], float32, natural log (-inf for a row that sees no key)
+ *   causal: non-zero for the bottom-right aligned mask (query i sees key j iff j <= i + N_k - N_q)
+ *   scale : softmax scale > 0, or 0 for 1/sqrt(d)
+ * Returns an fa05_status. */
+FA05_API int fa05_forward(const char* kernel, const void* Q, const void* K, const void* V, void* O, float* LSE,
+                 int64_t B, int64_t H, int64_t H_kv, int64_t N_q, int64_t N_k, int64_t d, int dtype,
+                 int causal, float scale, void* stream);
+
+/* Bytes of GPU workspace fa05_forward allocates for this problem (0 for the FlashAttention
+ * kernels; O(N^2) for "cublas"), written to *bytes. Returns an fa05_status. */
+FA05_API int fa05_workspace_bytes(const char* kernel, int64_t B, int64_t H, int64_t H_kv, int64_t N_q,
+                         int64_t N_k, int64_t d, int dtype, int causal, int64_t* bytes);
+
+/* The kernels, in course order: i from 0 to fa05_kernel_count() - 1. NULL past the end. */
+FA05_API int fa05_kernel_count(void);
+FA05_API const char* fa05_kernel_name(int i);
+FA05_API const char* fa05_kernel_idea(int i);
+
+/* The message of this thread's last non-OK status ("" if none). Valid until the next call. */
+FA05_API const char* fa05_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,59 @@
+// The 05_cuda_tiled program: the CLI contract of common/cli.hpp around one kernel version of
+// runner.hpp, on the GPU, plus
+//   --kernel NAME    which version: v1 (default), cublas (the materialised baseline), ...
+//   --dtype T        fp32 (default), fp16 or bf16: Q, K, V are rounded to T, O is stored in T
+//   --sram-bytes M   v1: the shared memory the blocks are sized from (default 48 KiB)
+//   --block-q Br     v1: query rows per block   (default: min(Bc, d), FA1 Alg. 1 line 1)
+//   --block-k Bc     v1: key rows per block     (default: ceil(M / 4d))
+// Without a GPU it exits with code 2 and one line, like any other unusable input.
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "cli.hpp"
+#include "gpu.hpp"
+#include "stage_05.hpp"
+
+int main(int argc, char** argv) {
+  std::string kernel = "v1";
+  fa05::Config cfg;
+  std::optional<fa::AttnProblem> ran;
+  fa::DType dtype = fa::DType::fp32;
+  fa::Stage stage = stage_05("v1");
+  // Built after the flags are parsed: the kernel, its knobs and the dtype come from them.
+  stage.forward_for = [&](fa::DType t) {
+    fa05::kernel_info(kernel);  // an unknown --kernel is reported before anything runs
+    stage.idea = kernel + ": " + fa05::kernel_info(kernel).idea;
+    dtype = t;
+    fa::ForwardFn f = stage_05_forward(kernel, t, cfg);
+    return fa::ForwardFn([f, &ran](const fa::AttnProblem& p, const float* Q, const float* K,
+                                   const float* V, float* O, float* LSE) {
+      ran = p;
+      f(p, Q, K, V, O, LSE);
+    });
+  };
+  return fa::stage_main(
+      argc, argv, stage,
+      [&](CLI::App& app) {
+        app.add_option("--kernel", kernel, "kernel version: v1 (default) or cublas (materialised baseline)");
+        app.add_option("--sram-bytes", cfg.sram_bytes, "v1: shared memory M the blocks are sized from (default 48 KiB)")
+            ->check(CLI::Range(int64_t(16), int64_t(1) << 30));
+        app.add_option("--block-q", cfg.Br, "v1: Br, query rows per block (default: min(Bc, d))")
+            ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+        app.add_option("--block-k", cfg.Bc, "v1: Bc, key rows per block (default: ceil(M / 4d))")
+            ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+      },
+      [&](const fa::Inputs&, nlohmann::json& report, std::ostream& text) {
+        if (!ran) return;
+        const fa05::Plan pl = fa05::plan(kernel, *ran, dtype, cfg);
+        report["kernel"] = {{"name", kernel},         {"device", fa::gpu_description()},
+                            {"Br", pl.Br},            {"Bc", pl.Bc},
+                            {"threads", pl.threads},  {"blocks", pl.blocks},
+                            {"smem_bytes", pl.smem_bytes}, {"workspace_bytes", pl.workspace_bytes}};
+        text << "  kernel   : " << kernel << " on " << fa::gpu_description() << "; " << pl.blocks
+             << " thread blocks of " << pl.threads << " threads, " << pl.smem_bytes
+             << " bytes of shared memory each";
+        if (pl.Br > 0) text << ", Br = " << pl.Br << ", Bc = " << pl.Bc;
+        text << "\n";
+      });
+}

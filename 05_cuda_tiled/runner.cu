@@ -1,0 +1,196 @@
+// Stage 05's runner: the one switch from a kernel's name to its launch (runner.hpp).
+// Each kernel file holds its kernel; the host-side arithmetic of a launch (block sizes, grid,
+// shared memory, workspace) lives here, once, in plan().
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <climits>
+#include <cmath>
+#include <string>
+
+#include "check.hpp"
+#include "device_buffer.hpp"
+#include "kernels/baseline_cublas.cuh"
+#include "kernels/v1_smem_fp32.cuh"
+#include "runner.hpp"
+
+namespace fa05 {
+
+const std::vector<KernelInfo>& kernels() {
+  static const std::vector<KernelInfo> list = {
+      {"v1", "kernels/v1_smem_fp32.cuh",
+       "stage 04's loop in shared memory: a thread block per (batch, head, query block), fp32",
+       false, 256},
+      {"cublas", "kernels/baseline_cublas.cuh",
+       "materialised baseline: cuBLAS S = QK^T, softmax kernel, cuBLAS O = PV; S, P in HBM",
+       true, 1 << 16},
+  };
+  return list;
+}
+
+const KernelInfo& kernel_info(const std::string& name) {
+  std::string names;
+  for (const KernelInfo& k : kernels()) {
+    if (k.name == name) return k;
+    names += (names.empty() ? "" : ", ") + k.name;
+  }
+  throw fa::InputError("--kernel", "one of " + names, "'" + name + "'");
+}
+
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The v1 blocks: Dao et al. 2022, Algorithm 1, line 1, with M = the shared memory budget in
+// floats, exactly as stage 04's blocks_from_sram(): the four ~B x d tiles Q_i, K_j, V_j, O_i
+// fit in M. (S, m and l come on top of M; plan() adds them to the shared memory it reports.)
+//   Bc = ceil(M / 4d),  Br = min(Bc, d)
+void v1_blocks(const fa::AttnProblem& p, const Config& cfg, int64_t& Br, int64_t& Bc) {
+  const int64_t M = std::max<int64_t>(1, (cfg.sram_bytes > 0 ? cfg.sram_bytes : 48 * 1024) / 4);
+  Bc = ceil_div(M, 4 * p.d);
+  Br = std::min(Bc, p.d);
+  if (cfg.Br > 0) Br = cfg.Br;
+  if (cfg.Bc > 0) Bc = cfg.Bc;
+  Br = std::min(Br, p.N_q);  // no block larger than the problem
+  Bc = std::min(Bc, p.N_k);
+}
+
+// Calls f(T{}) with T the CUDA type of the dtype.
+template <class F>
+void with_type(fa::DType t, F f) {
+  switch (t) {
+    case fa::DType::fp32: f(float{}); break;
+    case fa::DType::fp16: f(__half{}); break;
+    case fa::DType::bf16: f(__nv_bfloat16{}); break;
+  }
+}
+
+cudaDataType_t cublas_type(fa::DType t) {
+  return t == fa::DType::fp32 ? CUDA_R_32F : t == fa::DType::fp16 ? CUDA_R_16F : CUDA_R_16BF;
+}
+
+void cublas_check(cublasStatus_t s, const char* call) {
+  if (s != CUBLAS_STATUS_SUCCESS)
+    throw fa::CudaError(cudaErrorUnknown, std::string("cuBLAS error: ") + call + ": " + cublasGetStatusString(s));
+}
+
+cublasHandle_t cublas_handle() {
+  static cublasHandle_t h = [] {
+    cublasHandle_t handle = nullptr;
+    cublas_check(cublasCreate(&handle), "cublasCreate");
+    return handle;
+  }();
+  return h;
+}
+
+void check_int(int64_t v, const char* arg, const char* what) {
+  if (v > INT_MAX)
+    throw Unsupported(arg, std::string(what) + " at most 2^31 - 1", std::to_string(v));
+}
+
+// The materialised baseline (kernels/baseline_cublas.cuh): two batched GEMMs around a softmax.
+template <class T>
+void cublas_forward(const fa::AttnProblem& p, fa::DType dtype, const T* Q, const T* K, const T* V,
+                    T* O, float* LSE, cudaStream_t stream) {
+  const int64_t G = p.H / p.H_kv, rows = G * p.N_q;  // query rows sharing one kv head
+  const int64_t nxn = p.B * p.H * p.N_q * p.N_k;
+  cublasHandle_t h = cublas_handle();
+  cublas_check(cublasSetStream(h, stream), "cublasSetStream");
+  const cudaDataType_t type = cublas_type(dtype);
+  const float scale = p.resolved_scale(), one = 1.f, zero = 0.f;
+
+  // 1. S = scale Q K^T per (batch, kv head). cuBLAS is column-major: a row-major X is X^T to it,
+  //    so we ask for S^T (N_k x rows) = K (N_k x d) Q^T, i.e. op(A) = K^T^T with A = K^T (d x N_k).
+  fa::DeviceBuffer<float> S(nxn, fa::Mem::Extra, stream);  // (B, H, N_q, N_k)
+  cublas_check(cublasGemmStridedBatchedEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(p.N_k), int(rows), int(p.d),
+                                          &scale, K, type, int(p.d), p.N_k * p.d, Q, type, int(p.d),
+                                          rows * p.d, &zero, S.get(), CUDA_R_32F, int(p.N_k),
+                                          rows * p.N_k, int(p.B * p.H_kv), CUBLAS_COMPUTE_32F,
+                                          CUBLAS_GEMM_DEFAULT),
+               "cublasGemmStridedBatchedEx (S = scale Q K^T)");
+
+  // 2. P = softmax(S) row by row, LSE. In fp32, P overwrites S; in 16 bits it is a second buffer.
+  fa::DeviceBuffer<T> P16(std::is_same_v<T, float> ? 0 : nxn, fa::Mem::Extra, stream);
+  T* P = std::is_same_v<T, float> ? reinterpret_cast<T*>(S.get()) : P16.get();
+  baseline::softmax_rows<T><<<unsigned(p.B * p.H * p.N_q), baseline::kThreads, 0, stream>>>(S.get(), P, LSE, p);
+  FA_CUDA_CHECK(cudaGetLastError());
+
+  // 3. O = P V per (batch, kv head): O^T (d x rows) = V^T (d x N_k) P^T (N_k x rows).
+  cublas_check(cublasGemmStridedBatchedEx(h, CUBLAS_OP_N, CUBLAS_OP_N, int(p.d), int(rows), int(p.N_k),
+                                          &one, V, type, int(p.d), p.N_k * p.d, P, type, int(p.N_k),
+                                          rows * p.N_k, &zero, O, type, int(p.d), rows * p.d,
+                                          int(p.B * p.H_kv), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+               "cublasGemmStridedBatchedEx (O = P V)");
+}
+
+}  // namespace
+
+Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const Config& cfg) {
+  const KernelInfo& info = kernel_info(kernel);
+  fa::validate(p);
+  if (p.d > info.max_d)
+    throw Unsupported("--head-dim", "at most " + std::to_string(info.max_d) + " for kernel " + kernel,
+                      std::to_string(p.d));
+  Plan pl;
+  if (kernel == "v1") {
+    v1_blocks(p, cfg, pl.Br, pl.Bc);
+    pl.threads = v1::kThreads;
+    pl.blocks = p.B * p.H * ceil_div(p.N_q, pl.Br);
+    if (pl.Br > INT_MAX || pl.Bc > INT_MAX) pl.smem_bytes = INT64_MAX;
+    else pl.smem_bytes = v1::Layout{int(pl.Br), int(pl.Bc), int(p.d)}.bytes();
+    if (pl.smem_bytes > kMaxSmemSm90)
+      throw Unsupported("--sram-bytes/--block-q/--block-k",
+                        "blocks whose shared memory fits in " + std::to_string(kMaxSmemSm90) + " bytes",
+                        "Br=" + std::to_string(pl.Br) + " Bc=" + std::to_string(pl.Bc) + " d=" +
+                            std::to_string(p.d) + " (" + (pl.smem_bytes == INT64_MAX ? std::string("too many") : std::to_string(pl.smem_bytes)) + " bytes)");
+  } else {  // cublas
+    check_int(p.N_k, "--seq-k", "N_k");
+    check_int(p.H / p.H_kv * p.N_q, "--seq-q", "(H / H_kv) * N_q");
+    check_int(p.B * p.H_kv, "--batch", "B * H_kv");
+    pl.threads = baseline::kThreads;
+    pl.blocks = p.B * p.H * p.N_q;
+    pl.smem_bytes = 32 * 4;
+    const int64_t nxn = p.B * p.H * p.N_q * p.N_k;
+    pl.workspace_bytes = 4 * nxn + (dtype == fa::DType::fp32 ? 0 : 2 * nxn);
+  }
+  if (pl.blocks > INT_MAX)
+    throw Unsupported("--batch/--heads/--seq-q", "at most 2^31 - 1 thread blocks", std::to_string(pl.blocks));
+  return pl;
+}
+
+void forward(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const void* Q,
+             const void* K, const void* V, void* O, float* LSE, const Config& cfg,
+             cudaStream_t stream) {
+  const Plan pl = plan(kernel, p, dtype, cfg);
+  if (kernel == "cublas") {
+    with_type(dtype, [&](auto tag) {
+      using T = decltype(tag);
+      cublas_forward<T>(p, dtype, static_cast<const T*>(Q), static_cast<const T*>(K),
+                        static_cast<const T*>(V), static_cast<T*>(O), LSE, stream);
+    });
+    return;
+  }
+  // v1
+  int dev = 0, smem_optin = 0;
+  FA_CUDA_CHECK(cudaGetDevice(&dev));
+  FA_CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  if (pl.smem_bytes > smem_optin)
+    throw Unsupported("--sram-bytes/--block-q/--block-k",
+                      "blocks whose shared memory fits this GPU's " + std::to_string(smem_optin) + " bytes",
+                      std::to_string(pl.smem_bytes) + " bytes");
+  const v1::Layout L{int(pl.Br), int(pl.Bc), int(p.d)};
+  const int64_t Tr = ceil_div(p.N_q, pl.Br);
+  with_type(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    auto* kernel_fn = v1::forward_kernel<T>;
+    // Above 48 KiB a kernel must opt in to more dynamic shared memory.
+    FA_CUDA_CHECK(cudaFuncSetAttribute(kernel_fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(pl.smem_bytes)));
+    kernel_fn<<<unsigned(pl.blocks), v1::kThreads, size_t(pl.smem_bytes), stream>>>(
+        static_cast<const T*>(Q), static_cast<const T*>(K), static_cast<const T*>(V),
+        static_cast<T*>(O), LSE, p, p.resolved_scale(), L, Tr);
+    FA_CUDA_CHECK(cudaGetLastError());
+  });
+}
+
+}  // namespace fa05

@@ -1,0 +1,73 @@
+// Stage 05's one entry point: every kernel version behind one signature, so that one program
+// (main.cpp), one test (test_cuda_tiled.cpp), one benchmark (bench_cuda_tiled.cpp), the tour and
+// the C ABI (fa05.h, for PyTorch via ctypes) serve every version a later step adds.
+//
+//   fa05::forward("v1", p, DType::bf16, Q, K, V, O, LSE, {}, stream);   // device pointers
+//
+// Layout (common/problem.hpp): Q, O [B,H,N_q,d]; K, V [B,H_kv,N_k,d] in the dtype; LSE [B,H,N_q]
+// float32, natural log. Bottom-right causal, GQA, any N_q and N_k.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dtype.hpp"
+#include "errors.hpp"
+#include "problem.hpp"
+
+namespace fa05 {
+
+// Knobs of v1 (0 = the default). Later versions add theirs here.
+struct Config {
+  int64_t sram_bytes = 0;  // M, the shared memory (bytes) the blocks are sized from (default 48 KiB)
+  int64_t Br = 0;          // query rows per block (default: from M, FA1 Alg. 1 line 1)
+  int64_t Bc = 0;          // key/value rows per block (default: from M)
+};
+
+struct KernelInfo {
+  std::string name;   // what --kernel takes: "v1", "cublas"
+  std::string file;   // where it lives, relative to 05_cuda_tiled/
+  std::string idea;   // the one new idea, a line
+  bool P_in_dtype;    // multiplies P in 16 bits when the dtype is fp16/bf16 (the battery's
+                      // baseline then rounds P too: conformance.hpp)
+  int64_t max_d;      // largest head dimension it supports
+};
+
+// Every kernel, in course order.
+const std::vector<KernelInfo>& kernels();
+// Throws fa::InputError("--kernel", ...) for an unknown name.
+const KernelInfo& kernel_info(const std::string& name);
+
+// A problem a kernel does not support (head dim, size): an InputError, reported by the C ABI as
+// FA05_UNSUPPORTED rather than FA05_INVALID_ARGUMENT.
+struct Unsupported : fa::InputError {
+  using fa::InputError::InputError;
+};
+
+// How a kernel runs a problem. Pure host arithmetic: no GPU needed (tested in CI).
+struct Plan {
+  int64_t Br = 0, Bc = 0;       // block sizes (v1), rows
+  int64_t threads = 0;          // threads per thread block of the main kernel
+  int64_t blocks = 0;           // thread blocks of the main kernel
+  int64_t smem_bytes = 0;       // shared memory per thread block, bytes
+  int64_t workspace_bytes = 0;  // extra GPU memory the call allocates, bytes
+};
+
+// The shared memory one thread block may use on an sm_90 GPU (H100/H200), bytes. forward()
+// checks against the running device's own limit.
+inline constexpr int64_t kMaxSmemSm90 = 227 * 1024;
+
+// Throws fa::InputError for an invalid problem (fa::validate) and Unsupported for one the kernel
+// cannot run (d > max_d, blocks whose shared memory exceeds kMaxSmemSm90, a grid past 2^31 - 1
+// blocks); the message names the flag.
+Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const Config& cfg = {});
+
+// Runs `kernel` on device pointers (layout above) on `stream`, without waiting for it.
+// p.scale 0 means 1/sqrt(d). Throws as plan(), and fa::CudaError when CUDA or cuBLAS fails.
+void forward(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const void* Q,
+             const void* K, const void* V, void* O, float* LSE, const Config& cfg,
+             cudaStream_t stream);
+
+}  // namespace fa05

@@ -1,0 +1,36 @@
+// Stage 05 as the programs, the tests, the tour and the benchmarks see it (common/stage.hpp):
+// one kernel version of runner.hpp behind the common ForwardFn, through the host adapter
+// (common/cuda/adapter.hpp: round to the dtype, upload, run, download).
+#pragma once
+#include "adapter.hpp"
+#include "runner.hpp"
+#include "stage.hpp"
+
+// The ForwardFn of `kernel` in `dtype` with the knobs `cfg`. A problem the kernel cannot run is
+// refused (fa05::plan throws InputError) before anything touches the GPU.
+inline fa::ForwardFn stage_05_forward(const std::string& kernel, fa::DType dtype, const fa05::Config& cfg = {}) {
+  fa::ForwardFn on_gpu = fa::gpu_forward(
+      [kernel, cfg](const fa::AttnProblem& p, fa::DType t, const void* Q, const void* K,
+                    const void* V, void* O, float* LSE, cudaStream_t stream) {
+        fa05::forward(kernel, p, t, Q, K, V, O, LSE, cfg, stream);
+      },
+      dtype,
+      [kernel, cfg](const fa::AttnProblem& p, fa::DType t) { return fa05::plan(kernel, p, t, cfg).workspace_bytes; });
+  return [=](const fa::AttnProblem& p, const float* Q, const float* K, const float* V, float* O, float* LSE) {
+    fa05::plan(kernel, p, dtype, cfg);
+    on_gpu(p, Q, K, V, O, LSE);
+  };
+}
+
+// The stage for one kernel version ("v1", "cublas": fa05::kernels()); fp32 unless the program's
+// --dtype says otherwise (forward_for).
+inline fa::Stage stage_05(const std::string& kernel, const fa05::Config& cfg = {}) {
+  const fa05::KernelInfo& k = fa05::kernel_info(kernel);
+  fa::Stage s;
+  s.name = "05_cuda_tiled";
+  s.idea = k.name + ": " + k.idea;
+  s.forward = stage_05_forward(kernel, fa::DType::fp32, cfg);
+  s.forward_for = [kernel, cfg](fa::DType t) { return stage_05_forward(kernel, t, cfg); };
+  s.nxn_forward = 0;
+  return s;
+}

@@ -1,0 +1,213 @@
+// Stage 05's GPU tests (skipped, exit code 77, on a machine without a GPU: common/cuda/test_main_gpu.cpp).
+//   - the conformance battery for every kernel in fp32, fp16 and bf16 (common/conformance.hpp)
+//   - v1 at block shapes that do not divide N, at tiny and huge blocks, at head dims 1 .. 256
+//   - determinism (a race shows as a result that moves between runs)
+//   - offsets past 2^31 elements
+//   - the measured extra GPU memory against the plan (0 for v1, S and P for cuBLAS)
+//   - the C ABI (libfa05.so) computes what the C++ path computes, and reports errors as codes
+// No timing here: speed lives in bench_05_cuda_tiled.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "check.hpp"
+#include "conformance.hpp"
+#include "device_buffer.hpp"
+#include "fa05.h"
+#include "reference.hpp"
+#include "stage_05.hpp"
+
+namespace {
+
+const fa::DType kDtypes[] = {fa::DType::fp32, fa::DType::fp16, fa::DType::bf16};
+
+fa::Storage storage(const std::string& kernel, fa::DType t) {
+  return {t, fa05::kernel_info(kernel).P_in_dtype};
+}
+
+fa::AttnProblem make(int64_t B, int64_t H, int64_t Hkv, int64_t Nq, int64_t Nk, int64_t d, bool causal) {
+  fa::AttnProblem p;
+  p.B = B, p.H = H, p.H_kv = Hkv, p.N_q = Nq, p.N_k = Nk, p.d = d, p.causal = causal;
+  return p;
+}
+
+bool same_bits(const fa::Tensor& a, const fa::Tensor& b) {
+  return a.numel() == b.numel() && std::memcmp(a.ptr(), b.ptr(), size_t(a.numel()) * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("05 v1: conformance battery in fp32, fp16 and bf16") {
+  for (fa::DType t : kDtypes) {
+    INFO("dtype " << std::string(fa::dtype_name(t)));
+    fa::check_forward_battery(stage_05_forward("v1", t), false, storage("v1", t));
+  }
+}
+
+TEST_CASE("05 cublas (materialised baseline): conformance battery in fp32, fp16 and bf16") {
+  for (fa::DType t : kDtypes) {
+    INFO("dtype " << std::string(fa::dtype_name(t)));
+    fa::check_forward_battery(stage_05_forward("cublas", t), false, storage("cublas", t));
+  }
+}
+
+TEST_CASE("05 v1: conformance battery at other block shapes (fp32)") {
+  struct Shape {
+    const char* what;
+    fa05::Config cfg;
+  };
+  const Shape shapes[] = {
+      {"Br = 7, Bc = 13 (divide nothing)", {0, 7, 13}},
+      {"Br = Bc = 1 (stage 03 one key at a time)", {0, 1, 1}},
+      {"Br = 128, Bc = 32", {0, 128, 32}},
+      {"M = 4 KiB (tiny blocks)", {4096, 0, 0}},
+      {"M = 160 KiB (big blocks)", {160 * 1024, 0, 0}},
+  };
+  for (const Shape& s : shapes) {
+    INFO(s.what);
+    fa::check_forward_battery(stage_05_forward("v1", fa::DType::fp32, s.cfg));
+  }
+}
+
+TEST_CASE("05 v1: head dims 1 .. 256, ragged, causal, GQA, every dtype") {
+  for (int64_t d : {1, 2, 3, 96, 100, 129, 160, 192, 200, 255, 256})
+    for (bool causal : {false, true}) {
+      const fa::Case c{"head dim " + std::to_string(d) + (causal ? " causal" : ""),
+                       make(2, 4, 2, 67, causal ? 45 : 131, d, causal), fa::Fill::HighDims};
+      for (fa::DType t : kDtypes) fa::check_forward_case(stage_05_forward("v1", t), c, false, storage("v1", t));
+    }
+}
+
+TEST_CASE("05: a problem a kernel cannot run is refused before the GPU runs") {
+  const fa::Inputs in = fa::random_inputs(make(1, 1, 1, 8, 8, 257, false), 1);
+  CHECK_THROWS_AS(fa::run_forward(stage_05_forward("v1", fa::DType::fp32), in), fa05::Unsupported);
+  fa05::Config huge;
+  huge.Br = 4096, huge.Bc = 4096;
+  const fa::Inputs in2 = fa::random_inputs(make(1, 1, 1, 5000, 5000, 64, false), 1);
+  CHECK_THROWS_AS(fa::run_forward(stage_05_forward("v1", fa::DType::fp32, huge), in2), fa05::Unsupported);
+}
+
+TEST_CASE("05: every kernel gives bit-identical results run after run (no race)") {
+  const fa::Inputs in = fa::random_inputs(make(2, 4, 2, 301, 257, 72, true), 11);
+  for (const fa05::KernelInfo& k : fa05::kernels())
+    for (fa::DType t : kDtypes) {
+      INFO(k.name << " " << std::string(fa::dtype_name(t)));
+      const fa::ForwardFn f = stage_05_forward(k.name, t);
+      const fa::ForwardRun a = fa::run_forward(f, in);
+      for (int rep = 0; rep < 3; ++rep) {
+        const fa::ForwardRun b = fa::run_forward(f, in);
+        CHECK(same_bits(a.O, b.O));
+        CHECK(same_bits(a.LSE, b.LSE));
+      }
+    }
+}
+
+TEST_CASE("05: extra GPU memory measured equals the plan (v1: none; cublas: S and P)") {
+  const fa::AttnProblem p = make(2, 4, 1, 300, 200, 64, true);
+  const fa::Inputs in = fa::random_inputs(p, 2);
+  for (const fa05::KernelInfo& k : fa05::kernels())
+    for (fa::DType t : kDtypes) {
+      INFO(k.name << " " << std::string(fa::dtype_name(t)));
+      const fa::ForwardRun r = fa::run_forward(stage_05_forward(k.name, t), in);
+      CHECK(r.gpu_ms > 0);
+      CHECK(r.gpu_extra_bytes == fa05::plan(k.name, p, t).workspace_bytes);
+    }
+  CHECK(fa05::plan("v1", p, fa::DType::bf16).workspace_bytes == 0);
+  CHECK(fa05::plan("cublas", p, fa::DType::bf16).workspace_bytes == 6 * p.B * p.H * p.N_q * p.N_k);
+}
+
+// Q and O hold more than 2^31 elements, so a 32-bit offset would wrap: the last rows, and the
+// rows around element 2^31, are checked against float64 (one head, few keys, so the check is
+// cheap; bf16 halves the upload).
+TEST_CASE("05 v1: offsets past 2^31 elements (Q, O of 2^31 + 8192 elements, bf16)") {
+  const int64_t d = 64, N_q = (int64_t(1) << 31) / d + 128, N_k = 24;
+  fa::AttnProblem p = make(1, 1, 1, N_q, N_k, d, true);
+  fa::Inputs in;
+  in.p = p;
+  in.Q = fa::Tensor({1, 1, N_q, d});
+  in.K = fa::Tensor({1, 1, N_k, d});
+  in.V = fa::Tensor({1, 1, N_k, d});
+  // A cheap deterministic pattern (a hash of the index), rounded to bf16 so that the check sees
+  // what the kernel sees.
+  auto val = [](uint64_t i) {
+    i = (i ^ (i >> 31)) * 0x9e3779b97f4a7c15ull;
+    return fa::round_to(fa::DType::bf16, float(double(i >> 40) / double(1 << 24) * 4.0 - 2.0));
+  };
+  for (int64_t i = 0; i < in.Q.numel(); ++i) in.Q[i] = val(uint64_t(i));
+  for (int64_t i = 0; i < in.K.numel(); ++i) in.K[i] = val(uint64_t(i) + 7), in.V[i] = val(uint64_t(i) + 13);
+  const fa::ForwardRun r = fa::run_forward(stage_05_forward("v1", fa::DType::bf16), in);
+  // Reference rows: the last 64 and 64 around row 2^31 / d (element 2^31).
+  std::vector<int64_t> rows;
+  for (int64_t i = N_q - 64; i < N_q; ++i) rows.push_back(i);
+  for (int64_t i = (int64_t(1) << 31) / d - 32; i < (int64_t(1) << 31) / d + 32; ++i) rows.push_back(i);
+  double worst = 0;
+  for (int64_t i : rows) {
+    fa::AttnProblem one = make(1, 1, 1, 1, N_k, d, false);
+    fa::Tensor q({1, 1, 1, d});
+    std::memcpy(q.ptr(), in.Q.ptr() + i * d, size_t(d) * sizeof(float));
+    // Causal bottom-right with N_q > N_k: row i sees keys j <= i + N_k - N_q.
+    const int64_t seen = p.keys_seen(i);
+    if (seen == 0) {
+      CHECK(r.LSE[i] == -std::numeric_limits<float>::infinity());
+      continue;
+    }
+    one.N_k = seen;
+    fa::Tensor k({1, 1, seen, d}), v({1, 1, seen, d});
+    std::memcpy(k.ptr(), in.K.ptr(), size_t(seen * d) * sizeof(float));
+    std::memcpy(v.ptr(), in.V.ptr(), size_t(seen * d) * sizeof(float));
+    fa::TensorD O64, L64;
+    fa::reference_forward(one, q, k, v, O64, L64);
+    for (int64_t c = 0; c < d; ++c) worst = std::max(worst, std::fabs(double(r.O[i * d + c]) - O64[c]));
+    CHECK(std::fabs(double(r.LSE[i]) - L64[0]) < 1e-4);
+  }
+  INFO("worst |O - O64| over the checked rows: " << worst);
+  CHECK(worst < 2 * fa::dtype_unit_roundoff(fa::DType::bf16) * 2.0);  // |O| <= 2: a bf16 rounding
+  // Every row was written (the poison is NaN).
+  CHECK(fa::count_nonfinite(r.O.ptr(), r.O.numel()) == 0);
+}
+
+TEST_CASE("05: the C ABI (libfa05.so) computes what the C++ path computes") {
+  const fa::AttnProblem p = make(2, 6, 3, 77, 45, 40, true);
+  const fa::Inputs in = fa::random_inputs(p, 9);
+  for (const fa05::KernelInfo& k : fa05::kernels())
+    for (fa::DType t : kDtypes) {
+      INFO(k.name << " " << std::string(fa::dtype_name(t)));
+      const fa::ForwardRun ref = fa::run_forward(stage_05_forward(k.name, t), in);
+      const int64_t eb = fa::dtype_bytes(t);
+      std::vector<uint8_t> hq(size_t(eb * p.q_elems())), hk(size_t(eb * p.kv_elems())), hv(hk.size());
+      fa::encode(t, in.Q.ptr(), p.q_elems(), hq.data());
+      fa::encode(t, in.K.ptr(), p.kv_elems(), hk.data());
+      fa::encode(t, in.V.ptr(), p.kv_elems(), hv.data());
+      fa::DeviceBuffer<uint8_t> dq(int64_t(hq.size()), fa::Mem::Io), dk(int64_t(hk.size()), fa::Mem::Io),
+          dv(int64_t(hv.size()), fa::Mem::Io), dO(int64_t(hq.size()), fa::Mem::Io);
+      fa::DeviceBuffer<float> dl(p.lse_elems(), fa::Mem::Io);
+      FA_CUDA_CHECK(cudaMemcpy(dq.get(), hq.data(), hq.size(), cudaMemcpyHostToDevice));
+      FA_CUDA_CHECK(cudaMemcpy(dk.get(), hk.data(), hk.size(), cudaMemcpyHostToDevice));
+      FA_CUDA_CHECK(cudaMemcpy(dv.get(), hv.data(), hv.size(), cudaMemcpyHostToDevice));
+      const int status = fa05_forward(k.name.c_str(), dq.get(), dk.get(), dv.get(), dO.get(), dl.get(), p.B,
+                                      p.H, p.H_kv, p.N_q, p.N_k, p.d, int(t), 1, 0.f, nullptr);
+      REQUIRE_MESSAGE(status == FA05_OK, fa05_last_error());
+      FA_CUDA_CHECK(cudaDeviceSynchronize());
+      std::vector<uint8_t> ho(hq.size());
+      fa::Tensor O(in.Q.shape), L({p.B, p.H, p.N_q});
+      FA_CUDA_CHECK(cudaMemcpy(ho.data(), dO.get(), ho.size(), cudaMemcpyDeviceToHost));
+      FA_CUDA_CHECK(cudaMemcpy(L.ptr(), dl.get(), size_t(L.numel()) * 4, cudaMemcpyDeviceToHost));
+      fa::decode(t, ho.data(), p.q_elems(), O.ptr());
+      CHECK(same_bits(O, ref.O));
+      CHECK(same_bits(L, ref.LSE));
+    }
+  // Errors are codes with a message, never a crash; an unsupported d is told from a bad argument.
+  fa::DeviceBuffer<float> buf(64, fa::Mem::Io);
+  CHECK(fa05_forward("v1", buf.get(), buf.get(), buf.get(), buf.get(), buf.get(), 1, 1, 1, 1, 1, 300, 0, 0, 0.f,
+                     nullptr) == FA05_UNSUPPORTED);
+  CHECK(std::string(fa05_last_error()).find("--head-dim") != std::string::npos);
+  CHECK(fa05_forward("v1", buf.get(), buf.get(), buf.get(), buf.get(), buf.get(), 1, 3, 2, 1, 1, 8, 0, 0, 0.f,
+                     nullptr) == FA05_INVALID_ARGUMENT);
+  int64_t huge = 0;  // S of the cuBLAS baseline for 64 heads of 2^20 x 2^14: 2^40 floats
+  CHECK(fa05_workspace_bytes("cublas", 1, 64, 64, 1 << 20, 1 << 14, 64, 1, 0, &huge) == FA05_OK);
+  CHECK(huge == 6 * (int64_t(64) << 34));
+}

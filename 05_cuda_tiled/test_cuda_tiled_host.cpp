@@ -1,0 +1,234 @@
+// Stage 05's tests that need no GPU, so CI runs them: the launch arithmetic of every kernel
+// (block sizes from M, shared memory, workspace, the limits it refuses), the C ABI's argument
+// checks (libfa05.so answers with a status before touching the GPU), the dtype conversions the
+// host adapter uses, the low-precision baseline of the battery, and the program's behaviour on
+// this machine: without a GPU, one line on stderr and exit code 2.
+#include <doctest/doctest.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "conformance.hpp"
+#include "fa05.h"
+#include "gpu.hpp"
+#include "reference.hpp"
+#include "runner.hpp"
+
+namespace {
+
+fa::AttnProblem make(int64_t B, int64_t H, int64_t Hkv, int64_t Nq, int64_t Nk, int64_t d, bool causal) {
+  fa::AttnProblem p;
+  p.B = B, p.H = H, p.H_kv = Hkv, p.N_q = Nq, p.N_k = Nk, p.d = d, p.causal = causal;
+  return p;
+}
+
+struct Result {
+  int code;
+  std::string out, err;
+};
+
+// Runs the stage program with `args`; captures exit code, stdout and stderr.
+Result run(const std::string& args) {
+  const std::string o = "test_05_host_out.txt", e = "test_05_host_err.txt";
+  const int status = std::system((std::string(STAGE_BIN) + " " + args + " >" + o + " 2>" + e).c_str());
+  auto slurp = [](const std::string& f) {
+    std::ifstream in(f);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  };
+  Result r{WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(o), slurp(e)};
+  std::remove(o.c_str());
+  std::remove(e.c_str());
+  return r;
+}
+
+int lines(const std::string& s) {
+  int n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("05 plan: v1 blocks follow FA1 Alg. 1 line 1 with M = 48 KiB, clamped to N") {
+  // M = 12288 floats: Bc = ceil(M / 4d), Br = min(Bc, d).
+  struct Want {
+    int64_t d, Br, Bc;
+  };
+  for (const Want w : {Want{1, 1, 3072}, Want{16, 16, 192}, Want{64, 48, 48}, Want{128, 24, 24}, Want{256, 12, 12}}) {
+    INFO("d = " << w.d);
+    const fa05::Plan pl = fa05::plan("v1", make(1, 2, 2, 4096, 4096, w.d, false), fa::DType::bf16);
+    CHECK(pl.Br == w.Br);
+    CHECK(pl.Bc == w.Bc);
+    CHECK(pl.threads == 128);
+    CHECK(pl.blocks == 2 * ((4096 + w.Br - 1) / w.Br));
+    CHECK(pl.workspace_bytes == 0);
+    // Q_i, O_i (Br x d), K_j (Bc x (d|1)), V_j (Bc x d), S (Br x (Bc+1)), m, l, alpha: floats.
+    CHECK(pl.smem_bytes == 4 * (2 * w.Br * w.d + w.Bc * (w.d | 1) + w.Bc * w.d + w.Br * (w.Bc + 1) + 3 * w.Br));
+  }
+  // No block larger than the problem; explicit Br, Bc and M win.
+  const fa05::Plan small = fa05::plan("v1", make(1, 1, 1, 5, 3, 64, false), fa::DType::fp32);
+  CHECK(small.Br == 5);
+  CHECK(small.Bc == 3);
+  fa05::Config cfg;
+  cfg.Br = 7, cfg.Bc = 13;
+  const fa05::Plan custom = fa05::plan("v1", make(1, 1, 1, 100, 100, 64, false), fa::DType::fp32, cfg);
+  CHECK(custom.Br == 7);
+  CHECK(custom.Bc == 13);
+  CHECK(custom.blocks == 15);
+  fa05::Config m;
+  m.sram_bytes = 96 * 1024;  // 24576 floats: Bc = 96 at d = 64, Br = 64
+  const fa05::Plan big = fa05::plan("v1", make(1, 1, 1, 1000, 1000, 64, false), fa::DType::fp32, m);
+  CHECK(big.Bc == 96);
+  CHECK(big.Br == 64);
+}
+
+TEST_CASE("05 plan: what a kernel cannot run is refused with the flag to change") {
+  CHECK_THROWS_WITH_AS(fa05::plan("v1", make(1, 1, 1, 8, 8, 257, false), fa::DType::fp32),
+                       doctest::Contains("--head-dim"), fa05::Unsupported);
+  fa05::Config huge;
+  huge.sram_bytes = 1 << 20;  // blocks needing ~1 MiB of shared memory
+  CHECK_THROWS_WITH_AS(fa05::plan("v1", make(1, 1, 1, 4096, 4096, 64, false), fa::DType::fp32, huge),
+                       doctest::Contains("--sram-bytes"), fa05::Unsupported);
+  CHECK_THROWS_WITH_AS(fa05::plan("v9", make(1, 1, 1, 8, 8, 64, false), fa::DType::fp32),
+                       doctest::Contains("--kernel"), fa::InputError);
+  CHECK_THROWS_WITH_AS(fa05::plan("v1", make(1, 3, 2, 8, 8, 64, false), fa::DType::fp32),
+                       doctest::Contains("--kv-heads"), fa::InputError);
+  // More than 2^31 - 1 thread blocks: 2^26 rows of d = 1 in blocks of Br = 1, times 64 heads.
+  CHECK_THROWS_WITH_AS(fa05::plan("v1", make(1, 64, 64, int64_t(1) << 26, 2, 1, false), fa::DType::fp32),
+                       doctest::Contains("thread blocks"), fa05::Unsupported);
+}
+
+TEST_CASE("05 plan: the cuBLAS baseline's workspace is S (float32) and P (in 16 bits)") {
+  const fa::AttnProblem p = make(2, 8, 2, 300, 500, 64, true);
+  const int64_t nxn = 2 * 8 * 300 * 500;
+  CHECK(fa05::plan("cublas", p, fa::DType::fp32).workspace_bytes == 4 * nxn);  // P overwrites S
+  CHECK(fa05::plan("cublas", p, fa::DType::bf16).workspace_bytes == 6 * nxn);
+  CHECK(fa05::plan("cublas", p, fa::DType::fp16).workspace_bytes == 6 * nxn);
+  CHECK(fa05::plan("cublas", p, fa::DType::bf16).blocks == 2 * 8 * 300);  // one per row of S
+}
+
+TEST_CASE("05 C ABI: kernels listed; bad arguments answered with a status, no GPU touched") {
+  REQUIRE(fa05_kernel_count() == int(fa05::kernels().size()));
+  CHECK(std::string(fa05_kernel_name(0)) == "v1");
+  CHECK(fa05_kernel_name(fa05_kernel_count()) == nullptr);
+  CHECK(fa05_kernel_idea(-1) == nullptr);
+  float dummy = 0;
+  void* x = &dummy;  // never dereferenced: every call below fails its checks first
+  CHECK(fa05_forward("v1", nullptr, x, x, x, &dummy, 1, 1, 1, 8, 8, 64, FA05_FP32, 0, 0.f, nullptr) ==
+        FA05_INVALID_ARGUMENT);
+  CHECK(std::string(fa05_last_error()).find("NULL") != std::string::npos);
+  CHECK(fa05_forward(nullptr, x, x, x, x, &dummy, 1, 1, 1, 8, 8, 64, FA05_FP32, 0, 0.f, nullptr) ==
+        FA05_INVALID_ARGUMENT);
+  CHECK(fa05_forward("v1", x, x, x, x, &dummy, 1, 1, 1, 8, 8, 64, 7, 0, 0.f, nullptr) == FA05_INVALID_ARGUMENT);
+  CHECK(std::string(fa05_last_error()).find("dtype") != std::string::npos);
+  CHECK(fa05_forward("v1", x, x, x, x, &dummy, 1, 1, 1, 8, 8, 64, FA05_FP32, 0, -1.f, nullptr) ==
+        FA05_INVALID_ARGUMENT);
+  CHECK(fa05_forward("v1", x, x, x, x, &dummy, 1, 1, 1, 8, 8, 64, FA05_FP32, 0, NAN, nullptr) ==
+        FA05_INVALID_ARGUMENT);
+  CHECK(fa05_forward("v1", x, x, x, x, &dummy, 0, 1, 1, 8, 8, 64, FA05_FP32, 0, 0.f, nullptr) ==
+        FA05_INVALID_ARGUMENT);
+  CHECK(fa05_forward("v1", x, x, x, x, &dummy, 1, 4, 3, 8, 8, 64, FA05_FP32, 0, 0.f, nullptr) ==
+        FA05_INVALID_ARGUMENT);
+  CHECK(fa05_forward("nope", x, x, x, x, &dummy, 1, 1, 1, 8, 8, 64, FA05_FP32, 0, 0.f, nullptr) ==
+        FA05_INVALID_ARGUMENT);
+  CHECK(fa05_forward("v1", x, x, x, x, &dummy, 1, 1, 1, 8, 8, 300, FA05_FP32, 0, 0.f, nullptr) ==
+        FA05_UNSUPPORTED);
+  int64_t bytes = -1;
+  CHECK(fa05_workspace_bytes("cublas", 1, 2, 1, 10, 20, 8, FA05_BF16, 0, &bytes) == FA05_OK);
+  CHECK(bytes == 6 * 2 * 10 * 20);
+  CHECK(fa05_workspace_bytes("v1", 1, 2, 1, 10, 20, 8, FA05_BF16, 0, &bytes) == FA05_OK);
+  CHECK(bytes == 0);
+  CHECK(fa05_workspace_bytes("v1", 1, 2, 1, 10, 20, 8, FA05_BF16, 0, nullptr) == FA05_INVALID_ARGUMENT);
+}
+
+TEST_CASE("05 dtypes: encode/decode round trips; rounding is to nearest even") {
+  const float xs[] = {0.f, -0.f, 1.f, 1.0009765625f /* 1 + 2^-10 */, 3.14159265f, -2.5e-5f, 65504.f, 1e30f};
+  for (fa::DType t : {fa::DType::fp32, fa::DType::fp16, fa::DType::bf16}) {
+    uint16_t b16[8];
+    float b32[8], back[8];
+    void* buf = t == fa::DType::fp32 ? static_cast<void*>(b32) : static_cast<void*>(b16);
+    fa::encode(t, xs, 8, buf);
+    fa::decode(t, buf, 8, back);
+    for (int i = 0; i < 8; ++i) {
+      INFO(std::string(fa::dtype_name(t)) << " x = " << xs[i]);
+      if (t == fa::DType::fp16 && xs[i] > 65504.f) {
+        CHECK(std::isinf(back[i]));  // outside fp16: the adapter refuses such inputs
+        continue;
+      }
+      CHECK(back[i] == fa::round_to(t, xs[i]));
+      // Relative error u, or half the smallest fp16 subnormal (2^-25) where fp16 is subnormal.
+      CHECK(std::fabs(back[i] - xs[i]) <= fa::dtype_unit_roundoff(t) * std::fabs(xs[i]) + (t == fa::DType::fp16 ? 0x1p-25 : 0.0));
+    }
+  }
+  // Ties to even: 1 + 2^-11 lies halfway between two fp16 values and rounds to 1; 1 + 3 * 2^-11
+  // lies halfway and rounds up to the even 1 + 2^-9.
+  CHECK(fa::round_to(fa::DType::fp16, 1.f + 0x1p-11f) == 1.f);
+  CHECK(fa::round_to(fa::DType::fp16, 1.f + 3 * 0x1p-11f) == 1.f + 0x1p-9f);
+  CHECK(fa::round_to(fa::DType::bf16, 1.f + 0x1p-8f) == 1.f);
+  CHECK_THROWS_WITH_AS(fa::parse_dtype("fp8"), doctest::Contains("--dtype"), fa::InputError);
+}
+
+TEST_CASE("battery's low-precision baseline: storing O (and P) in 16 bits, nothing else") {
+  const fa::Inputs in = fa::random_inputs(make(1, 2, 1, 33, 47, 16, true), 4);
+  fa::TensorD O, L, O32, L32, Ob, Lb, Obp, Lbp;
+  fa::reference_forward(in.p, in.Q, in.K, in.V, O, L);
+  fa::reference_forward_stored(in.p, in.Q, in.K, in.V, fa::DType::fp32, fa::DType::fp32, O32, L32);
+  fa::reference_forward_stored(in.p, in.Q, in.K, in.V, fa::DType::fp32, fa::DType::bf16, Ob, Lb);
+  fa::reference_forward_stored(in.p, in.Q, in.K, in.V, fa::DType::bf16, fa::DType::bf16, Obp, Lbp);
+  const double u = fa::dtype_unit_roundoff(fa::DType::bf16);
+  double e32 = 0, eb = 0, ebp = 0;
+  for (int64_t i = 0; i < O.numel(); ++i) {
+    e32 = std::max(e32, std::fabs(O32[i] - O[i]));
+    CHECK(std::fabs(Ob[i] - O[i]) <= u * std::fabs(O[i]));  // O rounded once to bf16
+    eb = std::max(eb, std::fabs(Ob[i] - O[i]));
+    ebp = std::max(ebp, std::fabs(Obp[i] - O[i]));
+    CHECK(Ob[i] == fa::round_to(fa::DType::bf16, O[i]));
+  }
+  CHECK(e32 < 1e-6);
+  CHECK(eb > 0);
+  CHECK(ebp > 0);
+  for (int64_t i = 0; i < L.numel(); ++i) CHECK((L[i] == Lbp[i] || (std::isinf(L[i]) && std::isinf(Lbp[i]))));
+}
+
+TEST_CASE("05 program: without a GPU, one line and exit code 2; bad flags are named first") {
+  std::string why;
+  const bool gpu = fa::gpu_available(&why);
+  const Result r = run("--seq-q 8 --heads 1 --head-dim 16");
+  if (!gpu) {
+    INFO("no GPU here (" << why << "): stderr was " << r.err);
+    CHECK(r.code == 2);
+    CHECK(lines(r.err) == 1);
+    CHECK(r.err.find("GPU") != std::string::npos);
+    CHECK(r.out.empty());
+  } else {
+    CHECK(r.code == 0);
+  }
+  // Checked before the GPU is needed, GPU or not:
+  const std::pair<const char*, const char*> bad[] = {
+      {"--kernel v9 --seq-q 8", "--kernel"},
+      {"--dtype fp8 --seq-q 8", "--dtype"},
+      {"--head-dim 300 --seq-q 8", "--head-dim"},
+      {"--seq-q 8 --heads 3 --kv-heads 2", "--kv-heads"},
+      {"--sram-bytes 8 --seq-q 8", "--sram-bytes"},
+      {"--block-q 0 --seq-q 8", "--block-q"},
+  };
+  for (auto [args, flag] : bad) {
+    INFO(args);
+    const Result b = run(args);
+    CHECK(b.code == 2);
+    CHECK(lines(b.err) == 1);
+    CHECK(b.err.find(flag) != std::string::npos);
+    CHECK(b.out.empty());
+  }
+  // No output file is left behind when the run cannot happen.
+  const Result o = run(std::string("--seq-q 8 --head-dim 300 --out test_05_host_O.npy"));
+  CHECK(o.code == 2);
+  CHECK(!std::ifstream("test_05_host_O.npy").good());
+}

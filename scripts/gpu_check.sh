@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# The whole GPU check in one command, on a machine with an NVIDIA GPU (the course uses an H200):
+# build for sm_90a from this tree, run every test (the GPU battery included), SASS and register
+# report, compute-sanitizer (memcheck, racecheck, synccheck, initcheck) on small ragged problems
+# for every kernel, ncu on v1, the benchmark, the side-by-side with PyTorch's SDPA backends, and
+# the tour. Every log goes to LOG_DIR; a summary table is printed last.
+#
+#   scripts/gpu_check.sh LOG_DIR [PHASES]
+#     PHASES: comma-separated, default env,build,test,sass,sanitize,ncu,bench,compare,tour
+#     env: BENCH_FILTER (a --benchmark_filter regex), COMPARE_ARGS (e.g. --quick)
+#
+# The GPU machine has no internet: what it lacks (CLI11's headers) travels in .gpu_deps/, made
+# here by scripts/pack_gpu_deps.sh (carry it with the tree). Builds in build-gpu/.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+LOG=${1:?usage: scripts/gpu_check.sh LOG_DIR [PHASES]}
+PHASES=${2:-env,build,test,sass,sanitize,ncu,bench,compare,tour}
+mkdir -p "$LOG"
+LOG=$(cd "$LOG" && pwd)
+BUILD=build-gpu
+SUMMARY=()
+has() { [[ ",$PHASES," == *",$1,"* ]]; }
+
+# step NAME LIMIT_S CMD...: runs CMD with a time limit, output to LOG/NAME.log, one summary row
+# whose note is the log's last line matching $NOTE (default: its last line).
+step() {
+  local name=$1 limit=$2; shift 2
+  local t0=$SECONDS
+  timeout "$limit" "$@" >"$LOG/$name.log" 2>&1
+  local rc=$?
+  local note
+  note=$({ grep -E "${NOTE:-.}" "$LOG/$name.log" || true; } | tail -n 1 | cut -c1-100)
+  [ $rc -eq 124 ] && note="TIMED OUT after ${limit}s"
+  SUMMARY+=("$(printf '%-22s %-6s %5ss  %s' "$name" "$([ $rc -eq 0 ] && echo ok || echo "rc=$rc")" $((SECONDS - t0)) "$note")")
+  return $rc
+}
+
+if has env; then
+  {
+    date -u; nvidia-smi; nvcc --version; cmake --version | head -1; g++ --version | head -1
+    python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name())'
+    command -v compute-sanitizer ncu cuobjdump
+    for p in doctest benchmark nlohmann_json CLI11 OpenBLAS; do
+      printf "%s: " "$p"; find /usr /opt -name "${p}Config.cmake" -o -name "${p,,}-config.cmake" 2>/dev/null | head -1; echo
+    done
+  } >"$LOG/env.log" 2>&1
+  SUMMARY+=("$(printf '%-22s %-6s %5ss  %s' env ok 0 "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null)")")
+fi
+
+if has build; then
+  step configure 300 cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
+    -DCMAKE_PREFIX_PATH="$PWD/.gpu_deps" -DCMAKE_CUDA_FLAGS="-Xptxas=-v" &&
+    step build 500 cmake --build $BUILD -j "$(nproc)"
+  # ptxas's report (registers, shared memory, spills) of every kernel, from the build log
+  grep -A2 "Compiling entry function" "$LOG/build.log" >"$LOG/ptxas.txt" 2>/dev/null
+fi
+BIN=$BUILD/05_cuda_tiled
+
+if has test; then
+  NOTE="tests passed" step ctest 480 ctest --test-dir $BUILD -j 8 --output-on-failure
+fi
+
+if has sass; then
+  # Per kernel: instruction counts that say what the code really does (FFMA: fp32 FMAs; HMMA/HGMMA:
+  # tensor cores; LDS/STS: shared memory; LDG/STG: global; LDL/STL: local memory, i.e. spills).
+  {
+    cuobjdump -res-usage $BIN/libfa05.so
+    cuobjdump -sass $BIN/libfa05.so >"$LOG/sass.txt"
+    awk '/Function :/ {f=$3} /^ +\/\*[0-9a-f]+\*\// {split($0, a, "*/"); split(a[2], b, " "); op=b[1]; sub(/\..*/, "", op); if (op ~ /^@/) {op=b[2]; sub(/\..*/, "", op)} n[f" "op]++}
+         END {for (k in n) print k, n[k]}' "$LOG/sass.txt" | sort >"$LOG/sass_counts.txt"
+    grep -E " (FFMA|HMMA|HGMMA|LDSM|LDGSTS|LDS|STS|LDG|STG|LDL|STL|MUFU|BAR) " "$LOG/sass_counts.txt"
+  } >"$LOG/sass_summary.txt" 2>&1
+  SUMMARY+=("$(printf '%-22s %-6s %5ss  %s' sass ok 0 "local-memory instructions (LDL/STL): $(grep -cE ' (LDL|STL) ' "$LOG/sass_counts.txt")")")
+fi
+
+if has sanitize; then
+  # Small ragged problems: N_q != N_k, causal with rows that see no key, GQA, odd d.
+  shapes=("--batch 2 --heads 4 --kv-heads 2 --seq-q 77 --seq-k 45 --head-dim 40 --causal"
+          "--batch 1 --heads 2 --kv-heads 1 --seq-q 33 --seq-k 130 --head-dim 128")
+  for tool in memcheck racecheck synccheck initcheck; do
+    for k in v1 cublas; do
+      for dt in fp32 bf16; do
+        for i in 0 1; do
+          NOTE="ERROR SUMMARY" step "san_${tool}_${k}_${dt}_$i" 300 compute-sanitizer --tool $tool --error-exitcode 9 \
+            $BIN/05_cuda_tiled --kernel $k --dtype $dt ${shapes[$i]} --no-check
+        done
+      done
+    done
+  done
+fi
+
+if has ncu; then
+  # Where v1's time goes (and the materialised baseline's softmax): one launch each, counters.
+  step ncu_v1 300 ncu --clock-control none --set detailed -k regex:forward_kernel -c 1 \
+    $BIN/05_cuda_tiled --kernel v1 --dtype bf16 --batch 4 --heads 32 --seq-q 4096 --head-dim 64 --no-check
+  step ncu_cublas 300 ncu --clock-control none --section SpeedOfLight -c 4 \
+    $BIN/05_cuda_tiled --kernel cublas --dtype bf16 --batch 4 --heads 32 --seq-q 4096 --head-dim 64 --no-check
+fi
+
+if has bench; then
+  NOTE="BM_" step bench 560 $BIN/bench_05_cuda_tiled --benchmark_out="$LOG/bench_05_cuda_tiled.json" \
+    --benchmark_out_format=json ${BENCH_FILTER:+--benchmark_filter="$BENCH_FILTER"}
+fi
+
+if has compare; then
+  # shellcheck disable=SC2086
+  NOTE="^checks:" step compare_torch 560 env PYTHONUNBUFFERED=1 python3 tools/compare_torch.py --lib $BIN/libfa05.so \
+    --json "$LOG/compare_torch.json" ${COMPARE_ARGS:-}
+fi
+
+if has tour; then
+  step tour 120 $BUILD/tour/tour
+  step tour_bf16 120 $BUILD/tour/tour --dtype bf16
+fi
+
+echo
+echo "gpu_check summary ($(date -u +%Y-%m-%dT%H:%MZ), $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null)); logs in $LOG"
+failed=0
+for row in "${SUMMARY[@]}"; do
+  echo "  $row"
+  [[ "$row" == *" rc="* ]] && failed=$((failed + 1))
+done
+echo "  $failed step(s) failed"
+[ $failed -eq 0 ]

@@ -1,0 +1,272 @@
+#!/usr/bin/env python3
+"""Stage 05 beside PyTorch's scaled_dot_product_attention, in one process, on one GPU.
+
+Loads build*/05_cuda_tiled/libfa05.so with ctypes (the C ABI of 05_cuda_tiled/fa05.h) and hands
+it PyTorch tensors' device pointers, so our kernels and SDPA's backends read the same memory.
+
+1. Checks: every kernel, in fp32, fp16 and bf16, on shapes with ragged N, N_q != N_k, GQA and
+   causal, against float64 (SDPA's math backend on the same, upcast inputs, so the reference sees
+   exactly the values the kernel sees). O passes when its error is at most 2x the error of SDPA's
+   math backend run in the same dtype, plus 1e-5 (FlashAttention's own test rule, with PyTorch's
+   attention in that precision as the baseline); LSE (float32) within 1e-4 * max(1, |LSE|).
+   Causal: ours is bottom-right aligned (query i sees key j iff j <= i + N_k - N_q), PyTorch's
+   is_causal=True is top-left (j <= i). The check uses an explicit bottom-right mask, and shows
+   that with N_q != N_k is_causal=True would disagree.
+2. Timing: the FlashAttention papers' grid (B*N = 16384 tokens, H = 2048/d, N from 512 to 16384,
+   d 64 and 128, causal and not), each of our kernels and each SDPA backend (flash, cuDNN,
+   efficient, math), timed alternately in this process with CUDA events: warm-up, then the median
+   of several launches. TFLOP/s by the FlashAttention convention: 4*B*H*N_q*N_k*d, halved for
+   causal. A backend that refuses a problem (flash and cuDNN take no fp32) is reported as such.
+
+Usage: python3 tools/compare_torch.py --lib build-gpu/05_cuda_tiled/libfa05.so [--json out.json]
+       [--quick]   (fewer sizes)
+Needs a CUDA GPU and PyTorch (>= 2.5 for enable_gqa); not part of the README's two commands.
+"""
+import argparse
+import ctypes
+import json
+import math
+import platform
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+DTYPES = {"fp32": (0, torch.float32), "fp16": (1, torch.float16), "bf16": (2, torch.bfloat16)}
+BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
+            "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}
+
+
+class Fa05:
+    """The C ABI of fa05.h."""
+
+    def __init__(self, path):
+        self.lib = ctypes.CDLL(path)
+        i64, vp = ctypes.c_int64, ctypes.c_void_p
+        self.lib.fa05_forward.argtypes = [ctypes.c_char_p, vp, vp, vp, vp, vp, i64, i64, i64, i64,
+                                          i64, i64, ctypes.c_int, ctypes.c_int, ctypes.c_float, vp]
+        self.lib.fa05_forward.restype = ctypes.c_int
+        self.lib.fa05_last_error.restype = ctypes.c_char_p
+        self.lib.fa05_kernel_count.restype = ctypes.c_int
+        self.lib.fa05_kernel_name.restype = ctypes.c_char_p
+        self.lib.fa05_kernel_name.argtypes = [ctypes.c_int]
+        self.kernels = [self.lib.fa05_kernel_name(i).decode() for i in range(self.lib.fa05_kernel_count())]
+
+    def forward(self, kernel, q, k, v, causal, scale, out=None, lse=None):
+        """O, LSE of `kernel` for q [B,H,N_q,d], k, v [B,H_kv,N_k,d] (contiguous, one dtype)."""
+        B, H, Nq, d = q.shape
+        Hkv, Nk = k.shape[1], k.shape[2]
+        out = torch.empty_like(q) if out is None else out
+        lse = torch.empty(B, H, Nq, dtype=torch.float32, device=q.device) if lse is None else lse
+        code = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}[q.dtype]
+        status = self.lib.fa05_forward(kernel.encode(), q.data_ptr(), k.data_ptr(), v.data_ptr(),
+                                       out.data_ptr(), lse.data_ptr(), B, H, Hkv, Nq, Nk, d, code,
+                                       int(causal), float(scale), torch.cuda.current_stream().cuda_stream)
+        if status != 0:
+            raise RuntimeError(f"fa05_forward({kernel}): status {status}: {self.lib.fa05_last_error().decode()}")
+        return out, lse
+
+
+def bottom_right_mask(nq, nk, device):
+    """True where query i sees key j: j <= i + N_k - N_q (FlashAttention >= 2.1)."""
+    i = torch.arange(nq, device=device)[:, None]
+    j = torch.arange(nk, device=device)[None, :]
+    return j <= i + (nk - nq)
+
+
+def reference(q, k, v, causal, scale):
+    """float64 O and LSE from SDPA's math backend on the upcast inputs. A row that sees no key
+    gets O = 0, LSE = -inf (our convention; SDPA's math softmax of an all-masked row is not)."""
+    g = q.shape[1] // k.shape[1]
+    q64, k64, v64 = q.double(), k.double().repeat_interleave(g, 1), v.double().repeat_interleave(g, 1)
+    mask = bottom_right_mask(q.shape[2], k.shape[2], q.device) if causal else None
+    with sdpa_kernel(SDPBackend.MATH):
+        o = F.scaled_dot_product_attention(q64, k64, v64, attn_mask=mask, scale=scale)
+    s = (q64 @ k64.transpose(-1, -2)) * scale
+    if causal:
+        s = s.masked_fill(~mask, float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    o = torch.where(torch.isinf(lse)[..., None], torch.zeros_like(o), o)
+    return o, lse
+
+
+def sdpa(backend, q, k, v, causal, scale, bottom_right=True):
+    """SDPA with one backend. Causal with N_q == N_k uses is_causal (the same mask either way)."""
+    g = q.shape[1] // k.shape[1]
+    kw = {"enable_gqa": True} if g > 1 else {}
+    with sdpa_kernel(BACKENDS[backend]):
+        if causal and q.shape[2] != k.shape[2]:
+            from torch.nn.attention.bias import causal_lower_right, causal_upper_left
+            bias = (causal_lower_right if bottom_right else causal_upper_left)(q.shape[2], k.shape[2])
+            if g > 1:  # CausalBias does not take enable_gqa: expand the kv heads
+                k, v, kw = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1), {}
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale, **kw)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale, **kw)
+
+
+def max_err(x, ref):
+    x = x.double()
+    bad = ~torch.isfinite(x) & ~(torch.isinf(x) & torch.isinf(ref) & (x == ref))
+    if bad.any():
+        return math.inf
+    d = (x - ref).abs()
+    d = torch.where(torch.isinf(ref) & (x == ref), torch.zeros_like(d), d)
+    return d.max().item()
+
+
+CHECK_SHAPES = [  # B, H, H_kv, N_q, N_k, d, causal
+    (1, 2, 2, 1, 1, 64, False), (2, 4, 4, 17, 17, 64, True), (1, 8, 2, 113, 203, 64, True),
+    (1, 8, 2, 203, 113, 64, True), (2, 4, 1, 128, 128, 128, False), (1, 4, 4, 1000, 999, 128, True),
+    (1, 2, 2, 77, 77, 32, False), (1, 4, 2, 257, 300, 96, True), (1, 2, 2, 64, 64, 256, True),
+]
+
+
+def checks(fa, device, log):
+    ok = True
+    torch.manual_seed(0)
+    for (B, H, Hkv, Nq, Nk, d, causal) in CHECK_SHAPES:
+        for dname, (_, dt) in DTYPES.items():
+            q = torch.randn(B, H, Nq, d, device=device).to(dt)
+            k = torch.randn(B, Hkv, Nk, d, device=device).to(dt)
+            v = torch.randn(B, Hkv, Nk, d, device=device).to(dt)
+            scale = 1 / math.sqrt(d)
+            o64, lse64 = reference(q, k, v, causal, scale)
+            # Baseline: SDPA's math backend computing in this dtype.
+            g = H // Hkv
+            mask = bottom_right_mask(Nq, Nk, device) if causal else None
+            with sdpa_kernel(SDPBackend.MATH):
+                om = F.scaled_dot_product_attention(q, k.repeat_interleave(g, 1), v.repeat_interleave(g, 1),
+                                                    attn_mask=mask, scale=scale)
+            om = torch.where(torch.isinf(lse64)[..., None], torch.zeros_like(om), om)
+            base = max_err(om, o64)
+            for kern in fa.kernels:
+                try:
+                    o, lse = fa.forward(kern, q, k, v, causal, scale)
+                    torch.cuda.synchronize()
+                except RuntimeError as e:
+                    if "status 2" in str(e):  # unsupported (e.g. d): reported, not a failure
+                        log(f"  {kern:7s} {dname} {(B, H, Hkv, Nq, Nk, d, causal)}: unsupported ({e})")
+                        continue
+                    raise
+                eo, el = max_err(o, o64), max_err(lse, lse64)
+                lse_tol = 1e-4 * max(1.0, lse64[torch.isfinite(lse64)].abs().max().item() if torch.isfinite(lse64).any() else 1.0)
+                good = eo <= 2 * base + 1e-5 and el <= lse_tol
+                ok &= good
+                log(f"  {'ok  ' if good else 'FAIL'} {kern:7s} {dname} B={B} H={H}/{Hkv} Nq={Nq} Nk={Nk} d={d} "
+                    f"causal={int(causal)}: O err {eo:.2e} (math-{dname} baseline {base:.2e}), LSE err {el:.2e}")
+    # Bottom-right vs top-left, made explicit on one N_q < N_k problem.
+    q = torch.randn(1, 2, 64, 64, device=device, dtype=torch.bfloat16)
+    k = torch.randn(1, 2, 200, 64, device=device, dtype=torch.bfloat16)
+    v = torch.randn(1, 2, 200, 64, device=device, dtype=torch.bfloat16)
+    o, _ = fa.forward(fa.kernels[0], q, k, v, True, 0.125)
+    br = sdpa("flash", q, k, v, True, 0.125, bottom_right=True)
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        tl = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.125)
+    d_br, d_tl = max_err(o, br.double()), max_err(o, tl.double())
+    log(f"  causal alignment, N_q = 64, N_k = 200: ours vs SDPA flash with causal_lower_right: {d_br:.2e}; "
+        f"vs is_causal=True (top-left): {d_tl:.2e}")
+    ok &= d_br < 5e-2 and d_tl > 1e-1
+    return ok
+
+
+def time_ms(fn, reps):
+    """Median milliseconds of fn() over `reps` launches, each between two CUDA events."""
+    for _ in range(2):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def timing(fa, device, quick, log):
+    rows = []
+    Ns = [1024, 4096, 16384] if quick else [512, 1024, 2048, 4096, 8192, 16384]
+    for dname in ("bf16", "fp32"):
+        dt = DTYPES[dname][1]
+        for d in (64, 128):
+            for causal in (False, True):
+                for N in Ns:
+                    B, H = 16384 // N, 2048 // d
+                    torch.manual_seed(1)
+                    q = torch.randn(B, H, N, d, device=device, dtype=dt)
+                    k = torch.randn(B, H, N, d, device=device, dtype=dt)
+                    v = torch.randn(B, H, N, d, device=device, dtype=dt)
+                    flops = 4.0 * B * H * N * N * d * (0.5 if causal else 1.0)
+                    scale = 1 / math.sqrt(d)
+                    out = torch.empty_like(q)
+                    lse = torch.empty(B, H, N, dtype=torch.float32, device=device)
+                    impls = [(f"fa05 {kname}", lambda kname=kname: fa.forward(kname, q, k, v, causal, scale, out, lse))
+                             for kname in fa.kernels]
+                    impls += [(f"sdpa {b}", lambda b=b: sdpa(b, q, k, v, causal, scale)) for b in BACKENDS]
+                    line = {}
+                    for name, fn in impls:
+                        # The math backend materialises S and P in the dtype: skip where that alone
+                        # passes 40 GiB, and fp32 v1 where one call runs for seconds.
+                        if name == "sdpa math" and B * H * N * N * q.element_size() * 3 > 40 * 2**30:
+                            ms, note = None, "skipped (S, P > 40 GiB)"
+                        else:
+                            try:
+                                reps = 3 if flops / 1e12 > 5 else 10
+                                ms, note = time_ms(fn, reps), ""
+                            except RuntimeError as e:
+                                ms, note = None, "refused: " + str(e).splitlines()[0][:80]
+                        torch.cuda.empty_cache()
+                        row = {"impl": name, "dtype": dname, "N": N, "d": d, "causal": causal, "B": B, "H": H,
+                               "ms": ms, "tflops": flops / (ms * 1e9) if ms else None, "note": note}
+                        rows.append(row)
+                        line[name] = row
+                    ref = line.get("sdpa flash", {}).get("ms") or line.get("sdpa cudnn", {}).get("ms")
+                    cells = []
+                    for name, row in line.items():
+                        if row["ms"] is None:
+                            cells.append(f"{name}: -")
+                        else:
+                            ratio = f" ({ref / row['ms']:.2f}x flash)" if ref and dname != "fp32" else ""
+                            cells.append(f"{name}: {row['tflops']:.1f}{ratio}")
+                    log(f"  {dname} d={d} causal={int(causal)} N={N:5d} B={B} H={H} TFLOP/s | " + " | ".join(cells))
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lib", required=True, help="path to libfa05.so")
+    ap.add_argument("--json", help="write the checks' verdict and the timing rows here")
+    ap.add_argument("--quick", action="store_true", help="N in {1024, 4096, 16384} only")
+    ap.add_argument("--no-timing", action="store_true")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("compare_torch: expected a CUDA GPU, found none", file=sys.stderr)
+        return 2
+    fa = Fa05(args.lib)
+    device = torch.device("cuda")
+
+    def log(s):
+        print(s, flush=True)
+
+    props = torch.cuda.get_device_properties(device)
+    log(f"compare_torch: {props.name}, torch {torch.__version__} (CUDA {torch.version.cuda}, cuDNN "
+        f"{torch.backends.cudnn.version()}), kernels {fa.kernels}, {time.strftime('%Y-%m-%d')}")
+    log("checks (vs float64):")
+    ok = checks(fa, device, log)
+    log(f"checks: {'PASS' if ok else 'FAIL'}")
+    rows = [] if args.no_timing else (log("timing (TFLOP/s, median of CUDA-event times):") or timing(fa, device, args.quick, log))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": props.name, "torch": torch.__version__, "cuda": torch.version.cuda,
+                       "cudnn": torch.backends.cudnn.version(), "date": time.strftime("%Y-%m-%d"),
+                       "host": platform.node(), "checks_pass": ok, "rows": rows}, f, indent=1)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
