@@ -61,16 +61,13 @@ if has test; then
 fi
 
 if has sass; then
-  # Per kernel: instruction counts that say what the code really does (FFMA: fp32 FMAs; HMMA/HGMMA:
-  # tensor cores; LDS/STS: shared memory; LDG/STG: global; LDL/STL: local memory, i.e. spills).
+  # Per kernel: instruction counts that say what the code really does (tools/sass_counts.py).
   {
     cuobjdump -res-usage $BIN/libfa05.so
     cuobjdump -sass $BIN/libfa05.so >"$LOG/sass.txt"
-    awk '/Function :/ {f=$3} /^ +\/\*[0-9a-f]+\*\// {split($0, a, "*/"); split(a[2], b, " "); op=b[1]; sub(/\..*/, "", op); if (op ~ /^@/) {op=b[2]; sub(/\..*/, "", op)} n[f" "op]++}
-         END {for (k in n) print k, n[k]}' "$LOG/sass.txt" | sort >"$LOG/sass_counts.txt"
-    grep -E " (FFMA|HMMA|HGMMA|LDSM|LDGSTS|LDS|STS|LDG|STG|LDL|STL|MUFU|BAR) " "$LOG/sass_counts.txt"
+    python3 tools/sass_counts.py "$LOG/sass.txt"
   } >"$LOG/sass_summary.txt" 2>&1
-  SUMMARY+=("$(printf '%-22s %-6s %5ss  %s' sass ok 0 "local-memory instructions (LDL/STL): $(grep -cE ' (LDL|STL) ' "$LOG/sass_counts.txt")")")
+  SUMMARY+=("$(printf '%-22s %-6s %5ss  %s' sass ok 0 "kernels with local-memory instructions (LDL/STL): $(grep -cE ' (LDL|STL)=[1-9]' "$LOG/sass_summary.txt")")")
 fi
 
 if has sanitize; then

@@ -31,6 +31,8 @@ import statistics
 import sys
 import time
 
+import warnings
+
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -134,14 +136,25 @@ def checks(fa, device, log):
             v = torch.randn(B, Hkv, Nk, d, device=device).to(dt)
             scale = 1 / math.sqrt(d)
             o64, lse64 = reference(q, k, v, causal, scale)
-            # Baseline: SDPA's math backend computing in this dtype.
+            # Baseline: the larger error of SDPA's math and flash backends in this dtype (the math
+            # backend upcasts 16-bit inputs to fp32 inside and rounds only O; FlashAttention-2 also
+            # multiplies P in 16 bits, as our tensor-core and cuBLAS kernels do). Rows that see no
+            # key are set to 0 in theirs, as in ours (their convention differs there).
             g = H // Hkv
             mask = bottom_right_mask(Nq, Nk, device) if causal else None
             with sdpa_kernel(SDPBackend.MATH):
                 om = F.scaled_dot_product_attention(q, k.repeat_interleave(g, 1), v.repeat_interleave(g, 1),
                                                     attn_mask=mask, scale=scale)
-            om = torch.where(torch.isinf(lse64)[..., None], torch.zeros_like(om), om)
-            base = max_err(om, o64)
+            base_from = {"math": om}
+            if dt != torch.float32:
+                try:
+                    base_from["flash"] = sdpa("flash", q, k, v, causal, scale)
+                except RuntimeError:
+                    pass
+            errs = {b: max_err(torch.where(torch.isinf(lse64)[..., None], torch.zeros_like(x), x), o64)
+                    for b, x in base_from.items()}
+            base_name = max(errs, key=errs.get)
+            base = errs[base_name]
             for kern in fa.kernels:
                 try:
                     o, lse = fa.forward(kern, q, k, v, causal, scale)
@@ -156,18 +169,18 @@ def checks(fa, device, log):
                 good = eo <= 2 * base + 1e-5 and el <= lse_tol
                 ok &= good
                 log(f"  {'ok  ' if good else 'FAIL'} {kern:7s} {dname} B={B} H={H}/{Hkv} Nq={Nq} Nk={Nk} d={d} "
-                    f"causal={int(causal)}: O err {eo:.2e} (math-{dname} baseline {base:.2e}), LSE err {el:.2e}")
+                    f"causal={int(causal)}: O err {eo:.2e} (baseline: SDPA {base_name} in {dname}, {base:.2e}), LSE err {el:.2e}")
     # Bottom-right vs top-left, made explicit on one N_q < N_k problem.
     q = torch.randn(1, 2, 64, 64, device=device, dtype=torch.bfloat16)
     k = torch.randn(1, 2, 200, 64, device=device, dtype=torch.bfloat16)
     v = torch.randn(1, 2, 200, 64, device=device, dtype=torch.bfloat16)
     o, _ = fa.forward(fa.kernels[0], q, k, v, True, 0.125)
     br = sdpa("flash", q, k, v, True, 0.125, bottom_right=True)
-    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+    with sdpa_kernel(SDPBackend.MATH):  # flash refuses is_causal with N_q != N_k
         tl = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.125)
     d_br, d_tl = max_err(o, br.double()), max_err(o, tl.double())
     log(f"  causal alignment, N_q = 64, N_k = 200: ours vs SDPA flash with causal_lower_right: {d_br:.2e}; "
-        f"vs is_causal=True (top-left): {d_tl:.2e}")
+        f"vs SDPA math with is_causal=True (top-left): {d_tl:.2e}")
     ok &= d_br < 5e-2 and d_tl > 1e-1
     return ok
 
@@ -249,6 +262,7 @@ def main():
         return 2
     fa = Fa05(args.lib)
     device = torch.device("cuda")
+    warnings.filterwarnings("ignore", message=".*(kernel not used|runtime disabled|does not support).*")
 
     def log(s):
         print(s, flush=True)
