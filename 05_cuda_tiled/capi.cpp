@@ -85,6 +85,20 @@ int fa05_workspace_bytes(const char* kernel, int64_t B, int64_t H, int64_t H_kv,
   return guarded([&] { *bytes = fa05::plan(kernel, p, t).workspace_bytes; });
 }
 
+const char* fa05_runs(const char* kernel, int64_t d, int dtype) {
+  g_error.clear();
+  fa::AttnProblem p;
+  fa::DType t;
+  if (make_problem(kernel, 1, 1, 1, 1, 1, d, dtype, 0, 0.f, p, t) != FA05_OK) return nullptr;
+  const char* runs = nullptr;
+  guarded([&] {
+    const std::string name = fa05::plan(kernel, p, t).runs;
+    for (const fa05::KernelInfo& k : fa05::kernels())
+      if (k.name == name) runs = k.name.c_str();  // the list's own storage: valid for the process
+  });
+  return runs;
+}
+
 int fa05_kernel_count(void) { return int(fa05::kernels().size()); }
 
 const char* fa05_kernel_name(int i) {

@@ -34,6 +34,7 @@ enum fa05_status {
  *   LSE  : device pointer, [B, H, N_q], float32, natural log (-inf for a row that sees no key)
  *   causal: non-zero for the bottom-right aligned mask (query i sees key j iff j <= i + N_k - N_q)
  *   scale : softmax scale > 0, or 0 for 1/sqrt(d)
+ * The tensor-core versions need Q, K, V, O 16-byte aligned (FA05_UNSUPPORTED otherwise).
  * Returns an fa05_status. */
 FA05_API int fa05_forward(const char* kernel, const void* Q, const void* K, const void* V, void* O, float* LSE,
                  int64_t B, int64_t H, int64_t H_kv, int64_t N_q, int64_t N_k, int64_t d, int dtype,
@@ -43,6 +44,11 @@ FA05_API int fa05_forward(const char* kernel, const void* Q, const void* K, cons
  * kernels; O(N^2) for "cublas"), written to *bytes. Returns an fa05_status. */
 FA05_API int fa05_workspace_bytes(const char* kernel, int64_t B, int64_t H, int64_t H_kv, int64_t N_q,
                          int64_t N_k, int64_t d, int dtype, int causal, int64_t* bytes);
+
+/* The name of the kernel that really runs when `kernel` is asked for head dim d in `dtype`:
+ * `kernel` itself, or "v1" where a tensor-core version does not cover d or dtype. NULL (and
+ * fa05_last_error()) for an unknown kernel or a bad d or dtype. */
+FA05_API const char* fa05_runs(const char* kernel, int64_t d, int dtype);
 
 /* The kernels, in course order: i from 0 to fa05_kernel_count() - 1. NULL past the end. */
 FA05_API int fa05_kernel_count(void);

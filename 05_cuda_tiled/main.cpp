@@ -1,6 +1,7 @@
 // The 05_cuda_tiled program: the CLI contract of common/cli.hpp around one kernel version of
 // runner.hpp, on the GPU, plus
-//   --kernel NAME    which version: v1 (default), cublas (the materialised baseline), ...
+//   --kernel NAME    which version: v1 (default), v2 (tensor cores), cublas (the materialised
+//                    baseline)
 //   --dtype T        fp32 (default), fp16 or bf16: Q, K, V are rounded to T, O is stored in T
 //   --sram-bytes M   v1: the shared memory the blocks are sized from (default 48 KiB)
 //   --block-q Br     v1: query rows per block   (default: min(Bc, d), FA1 Alg. 1 line 1)
@@ -35,7 +36,7 @@ int main(int argc, char** argv) {
   return fa::stage_main(
       argc, argv, stage,
       [&](CLI::App& app) {
-        app.add_option("--kernel", kernel, "kernel version: v1 (default) or cublas (materialised baseline)");
+        app.add_option("--kernel", kernel, "kernel version: v1 (default), v2 (tensor cores) or cublas (materialised baseline)");
         app.add_option("--sram-bytes", cfg.sram_bytes, "v1: shared memory M the blocks are sized from (default 48 KiB)")
             ->check(CLI::Range(int64_t(16), int64_t(1) << 30));
         app.add_option("--block-q", cfg.Br, "v1: Br, query rows per block (default: min(Bc, d))")
@@ -46,7 +47,8 @@ int main(int argc, char** argv) {
       [&](const fa::Inputs&, nlohmann::json& report, std::ostream& text) {
         if (!ran) return;
         const fa05::Plan pl = fa05::plan(kernel, *ran, dtype, cfg);
-        report["kernel"] = {{"name", kernel},         {"device", fa::gpu_description()},
+        report["kernel"] = {{"name", kernel},         {"runs", pl.runs}, {"note", pl.note},
+                            {"device", fa::gpu_description()},
                             {"Br", pl.Br},            {"Bc", pl.Bc},
                             {"threads", pl.threads},  {"blocks", pl.blocks},
                             {"smem_bytes", pl.smem_bytes}, {"workspace_bytes", pl.workspace_bytes}};
@@ -55,5 +57,6 @@ int main(int argc, char** argv) {
              << " bytes of shared memory each";
         if (pl.Br > 0) text << ", Br = " << pl.Br << ", Bc = " << pl.Bc;
         text << "\n";
+        if (!pl.note.empty()) text << "  note     : " << pl.note << "\n";
       });
 }

@@ -8,11 +8,13 @@
 #include <climits>
 #include <cmath>
 #include <string>
+#include <type_traits>
 
 #include "check.hpp"
 #include "device_buffer.hpp"
 #include "kernels/baseline_cublas.cuh"
 #include "kernels/v1_smem_fp32.cuh"
+#include "kernels/v2_fa2_mma.cuh"
 #include "runner.hpp"
 
 namespace fa05 {
@@ -22,6 +24,9 @@ const std::vector<KernelInfo>& kernels() {
       {"v1", "kernels/v1_smem_fp32.cuh",
        "stage 04's loop in shared memory: a thread block per (batch, head, query block), fp32",
        false, 256},
+      {"v2", "kernels/v2_fa2_mma.cuh",
+       "FA2 work split on tensor cores: 4 warps x 16 rows, mma.sync + ldmatrix, S/P/O in registers",
+       true, 256},
       {"cublas", "kernels/baseline_cublas.cuh",
        "materialised baseline: cuBLAS S = QK^T, softmax kernel, cuBLAS O = PV; S, P in HBM",
        true, 1 << 16},
@@ -124,6 +129,37 @@ void cublas_forward(const fa::AttnProblem& p, fa::DType dtype, const T* Q, const
                "cublasGemmStridedBatchedEx (O = P V)");
 }
 
+// Shared memory above 48 KiB must be asked for, per kernel, and must fit this GPU.
+template <class Kernel>
+void set_smem(Kernel* kernel_fn, int64_t bytes) {
+  int dev = 0, optin = 0;
+  FA_CUDA_CHECK(cudaGetDevice(&dev));
+  FA_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  if (bytes > optin)
+    throw Unsupported("--sram-bytes/--block-q/--block-k",
+                      "blocks whose shared memory fits this GPU's " + std::to_string(optin) + " bytes",
+                      std::to_string(bytes) + " bytes");
+  FA_CUDA_CHECK(cudaFuncSetAttribute(kernel_fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+}
+
+void v2_forward(const fa::AttnProblem& p, fa::DType dtype, const void* Q, const void* K, const void* V,
+                void* O, float* LSE, const Plan& pl, cudaStream_t stream) {
+  auto launch = [&](auto tag, auto d_tag) {
+    using T = decltype(tag);
+    constexpr int D = decltype(d_tag)::value;
+    auto* kernel_fn = v2::forward_kernel<T, D>;
+    set_smem(kernel_fn, pl.smem_bytes);
+    kernel_fn<<<unsigned(pl.blocks), v2::kThreads, size_t(pl.smem_bytes), stream>>>(
+        static_cast<const T*>(Q), static_cast<const T*>(K), static_cast<const T*>(V), static_cast<T*>(O),
+        LSE, p, p.resolved_scale(), ceil_div(p.N_q, pl.Br));
+    FA_CUDA_CHECK(cudaGetLastError());
+  };
+  using D64 = std::integral_constant<int, 64>;
+  using D128 = std::integral_constant<int, 128>;
+  if (dtype == fa::DType::fp16) p.d == 64 ? launch(__half{}, D64{}) : launch(__half{}, D128{});
+  else p.d == 64 ? launch(__nv_bfloat16{}, D64{}) : launch(__nv_bfloat16{}, D128{});
+}
+
 }  // namespace
 
 Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const Config& cfg) {
@@ -133,7 +169,18 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
     throw Unsupported("--head-dim", "at most " + std::to_string(info.max_d) + " for kernel " + kernel,
                       std::to_string(p.d));
   Plan pl;
-  if (kernel == "v1") {
+  pl.runs = kernel;
+  if (kernel == "v2" && (dtype == fa::DType::fp32 || (p.d != 64 && p.d != 128))) {
+    pl.runs = "v1";
+    pl.note = kernel + " runs fp16/bf16 at d = 64 or 128 (tensor cores); ran v1 for " +
+              fa::dtype_name(dtype) + " at d = " + std::to_string(p.d);
+  }
+  if (pl.runs == "v2") {
+    pl.Br = v2::Br, pl.Bc = v2::Bc;
+    pl.threads = v2::kThreads;
+    pl.blocks = p.B * p.H * ceil_div(p.N_q, pl.Br);
+    pl.smem_bytes = p.d == 64 ? v2::smem_bytes<64>() : v2::smem_bytes<128>();
+  } else if (pl.runs == "v1") {
     v1_blocks(p, cfg, pl.Br, pl.Bc);
     pl.threads = v1::kThreads;
     pl.blocks = p.B * p.H * ceil_div(p.N_q, pl.Br);
@@ -163,7 +210,14 @@ void forward(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtyp
              const void* K, const void* V, void* O, float* LSE, const Config& cfg,
              cudaStream_t stream) {
   const Plan pl = plan(kernel, p, dtype, cfg);
-  if (kernel == "cublas") {
+  if (pl.runs == "v2") {
+    for (const void* ptr : {Q, K, V, static_cast<const void*>(O)})
+      if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0)
+        throw Unsupported("Q/K/V/O", "16-byte aligned device pointers for " + kernel, "a misaligned pointer");
+    v2_forward(p, dtype, Q, K, V, O, LSE, pl, stream);
+    return;
+  }
+  if (pl.runs == "cublas") {
     with_type(dtype, [&](auto tag) {
       using T = decltype(tag);
       cublas_forward<T>(p, dtype, static_cast<const T*>(Q), static_cast<const T*>(K),
@@ -172,20 +226,12 @@ void forward(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtyp
     return;
   }
   // v1
-  int dev = 0, smem_optin = 0;
-  FA_CUDA_CHECK(cudaGetDevice(&dev));
-  FA_CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  if (pl.smem_bytes > smem_optin)
-    throw Unsupported("--sram-bytes/--block-q/--block-k",
-                      "blocks whose shared memory fits this GPU's " + std::to_string(smem_optin) + " bytes",
-                      std::to_string(pl.smem_bytes) + " bytes");
   const v1::Layout L{int(pl.Br), int(pl.Bc), int(p.d)};
   const int64_t Tr = ceil_div(p.N_q, pl.Br);
   with_type(dtype, [&](auto tag) {
     using T = decltype(tag);
     auto* kernel_fn = v1::forward_kernel<T>;
-    // Above 48 KiB a kernel must opt in to more dynamic shared memory.
-    FA_CUDA_CHECK(cudaFuncSetAttribute(kernel_fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(pl.smem_bytes)));
+    set_smem(kernel_fn, pl.smem_bytes);
     kernel_fn<<<unsigned(pl.blocks), v1::kThreads, size_t(pl.smem_bytes), stream>>>(
         static_cast<const T*>(Q), static_cast<const T*>(K), static_cast<const T*>(V),
         static_cast<T*>(O), LSE, p, p.resolved_scale(), L, Tr);

@@ -48,7 +48,9 @@ struct Unsupported : fa::InputError {
 
 // How a kernel runs a problem. Pure host arithmetic: no GPU needed (tested in CI).
 struct Plan {
-  int64_t Br = 0, Bc = 0;       // block sizes (v1), rows
+  std::string runs;             // the kernel that runs: the one asked for, or v1 where it cannot
+  std::string note;             // why it fell back ("" if it did not)
+  int64_t Br = 0, Bc = 0;       // block sizes, rows
   int64_t threads = 0;          // threads per thread block of the main kernel
   int64_t blocks = 0;           // thread blocks of the main kernel
   int64_t smem_bytes = 0;       // shared memory per thread block, bytes
@@ -61,11 +63,14 @@ inline constexpr int64_t kMaxSmemSm90 = 227 * 1024;
 
 // Throws fa::InputError for an invalid problem (fa::validate) and Unsupported for one the kernel
 // cannot run (d > max_d, blocks whose shared memory exceeds kMaxSmemSm90, a grid past 2^31 - 1
-// blocks); the message names the flag.
+// blocks); the message names the flag. The tensor-core versions (v2 ...) run fp16/bf16 at
+// d = 64 and 128; for anything else they fall back to v1, and the plan says so (runs, note).
 Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const Config& cfg = {});
 
 // Runs `kernel` on device pointers (layout above) on `stream`, without waiting for it.
-// p.scale 0 means 1/sqrt(d). Throws as plan(), and fa::CudaError when CUDA or cuBLAS fails.
+// p.scale 0 means 1/sqrt(d). The tensor-core versions need Q, K, V, O 16-byte aligned.
+// Throws as plan() (and Unsupported for misaligned pointers), fa::CudaError when CUDA or
+// cuBLAS fails.
 void forward(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const void* Q,
              const void* K, const void* V, void* O, float* LSE, const Config& cfg,
              cudaStream_t stream);

@@ -105,6 +105,26 @@ TEST_CASE("05 plan: what a kernel cannot run is refused with the flag to change"
                        doctest::Contains("thread blocks"), fa05::Unsupported);
 }
 
+TEST_CASE("05 plan: v2 runs fp16/bf16 at d = 64, 128 with 64 x 64 blocks; v1 otherwise, and says so") {
+  for (int64_t d : {64, 128}) {
+    const fa05::Plan pl = fa05::plan("v2", make(2, 4, 2, 1000, 300, d, true), fa::DType::bf16);
+    CHECK(pl.runs == "v2");
+    CHECK(pl.note.empty());
+    CHECK(pl.Br == 64);
+    CHECK(pl.Bc == 64);
+    CHECK(pl.threads == 128);
+    CHECK(pl.blocks == 2 * 4 * 16);
+    CHECK(pl.smem_bytes == (64 + 2 * 64) * (d + 8) * 2);  // Q_i, K_j, V_j in 16 bits, rows padded
+    CHECK(pl.workspace_bytes == 0);
+  }
+  for (auto [d, t] : {std::pair<int64_t, fa::DType>{64, fa::DType::fp32}, {80, fa::DType::bf16}, {32, fa::DType::fp16}}) {
+    const fa05::Plan pl = fa05::plan("v2", make(1, 1, 1, 100, 100, d, false), t);
+    CHECK(pl.runs == "v1");
+    CHECK(pl.note.find("ran v1") != std::string::npos);
+    CHECK(pl.Br == fa05::plan("v1", make(1, 1, 1, 100, 100, d, false), t).Br);
+  }
+}
+
 TEST_CASE("05 plan: the cuBLAS baseline's workspace is S (float32) and P (in 16 bits)") {
   const fa::AttnProblem p = make(2, 8, 2, 300, 500, 64, true);
   const int64_t nxn = 2 * 8 * 300 * 500;
@@ -117,6 +137,7 @@ TEST_CASE("05 plan: the cuBLAS baseline's workspace is S (float32) and P (in 16 
 TEST_CASE("05 C ABI: kernels listed; bad arguments answered with a status, no GPU touched") {
   REQUIRE(fa05_kernel_count() == int(fa05::kernels().size()));
   CHECK(std::string(fa05_kernel_name(0)) == "v1");
+  CHECK(std::string(fa05_kernel_name(1)) == "v2");
   CHECK(fa05_kernel_name(fa05_kernel_count()) == nullptr);
   CHECK(fa05_kernel_idea(-1) == nullptr);
   float dummy = 0;
@@ -140,6 +161,12 @@ TEST_CASE("05 C ABI: kernels listed; bad arguments answered with a status, no GP
         FA05_INVALID_ARGUMENT);
   CHECK(fa05_forward("v1", x, x, x, x, &dummy, 1, 1, 1, 8, 8, 300, FA05_FP32, 0, 0.f, nullptr) ==
         FA05_UNSUPPORTED);
+  CHECK(std::string(fa05_runs("v2", 64, FA05_BF16)) == "v2");
+  CHECK(std::string(fa05_runs("v2", 80, FA05_BF16)) == "v1");
+  CHECK(std::string(fa05_runs("v2", 64, FA05_FP32)) == "v1");
+  CHECK(std::string(fa05_runs("cublas", 80, FA05_FP32)) == "cublas");
+  CHECK(fa05_runs("v9", 64, FA05_BF16) == nullptr);
+  CHECK(fa05_runs("v2", 0, FA05_BF16) == nullptr);
   int64_t bytes = -1;
   CHECK(fa05_workspace_bytes("cublas", 1, 2, 1, 10, 20, 8, FA05_BF16, 0, &bytes) == FA05_OK);
   CHECK(bytes == 6 * 2 * 10 * 20);

@@ -72,15 +72,17 @@ fi
 
 if has sanitize; then
   # Small ragged problems: N_q != N_k, causal with rows that see no key, GQA, odd d.
-  shapes=("--batch 2 --heads 4 --kv-heads 2 --seq-q 77 --seq-k 45 --head-dim 40 --causal"
-          "--batch 1 --heads 2 --kv-heads 1 --seq-q 33 --seq-k 130 --head-dim 128")
+  # Every kernel in two dtypes, each on two shapes (d = 64 and 128, where v2 runs itself); v1 also
+  # at an odd head dim.
+  shapes=("--batch 2 --heads 4 --kv-heads 2 --seq-q 77 --seq-k 45 --head-dim 64 --causal"
+          "--batch 1 --heads 2 --kv-heads 1 --seq-q 33 --seq-k 130 --head-dim 128"
+          "--batch 2 --heads 3 --kv-heads 1 --seq-q 50 --seq-k 29 --head-dim 40 --causal")
   for tool in memcheck racecheck synccheck initcheck; do
-    for k in v1 cublas; do
-      for dt in fp32 bf16; do
-        for i in 0 1; do
-          NOTE="ERROR SUMMARY" step "san_${tool}_${k}_${dt}_$i" 300 compute-sanitizer --tool $tool --error-exitcode 9 \
-            $BIN/05_cuda_tiled --kernel $k --dtype $dt ${shapes[$i]} --no-check
-        done
+    for kd in v1:fp32:0,1,2 v1:bf16:0,1,2 v2:bf16:0,1 v2:fp16:0,1 cublas:fp32:0,1 cublas:bf16:0,1; do
+      IFS=: read -r k dt idx <<<"$kd"
+      for i in ${idx//,/ }; do
+        NOTE="ERROR SUMMARY" step "san_${tool}_${k}_${dt}_$i" 300 compute-sanitizer --tool $tool --error-exitcode 9 \
+          $BIN/05_cuda_tiled --kernel $k --dtype $dt ${shapes[$i]} --no-check
       done
     done
   done
@@ -90,6 +92,8 @@ if has ncu; then
   # Where v1's time goes (and the materialised baseline's softmax): one launch each, counters.
   step ncu_v1 300 ncu --clock-control none --set detailed -k regex:forward_kernel -c 1 \
     $BIN/05_cuda_tiled --kernel v1 --dtype bf16 --batch 4 --heads 32 --seq-q 4096 --head-dim 64 --no-check
+  step ncu_v2 300 ncu --clock-control none --set detailed -k regex:forward_kernel -c 1 \
+    $BIN/05_cuda_tiled --kernel v2 --dtype bf16 --batch 4 --heads 32 --seq-q 4096 --head-dim 64 --no-check
   step ncu_cublas 300 ncu --clock-control none --section SpeedOfLight -c 4 \
     $BIN/05_cuda_tiled --kernel cublas --dtype bf16 --batch 4 --heads 32 --seq-q 4096 --head-dim 64 --no-check
 fi
