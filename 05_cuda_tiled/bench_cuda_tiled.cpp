@@ -8,9 +8,10 @@
 //   BM_attn/kernel:dtype/... one forward of runner.hpp's kernel
 //   BM_v1_sram/...           v1 at several shared-memory budgets M (the block-size sweep)
 // Counters: TFLOP/s (forward 4*B*H*N_q*N_k*d, halved for causal, FlashAttention's convention),
-//   pct_gemm (of BM_gemm's rate for the dtype, measured in this process), pct_peak (of the
-//   datasheet's dense peak: fp32 66.9, bf16 989.4 TFLOP/s for the H100/H200 SXM), gpu_extra_bytes
-//   (the kernel's workspace, measured by the counted device buffers).
+//   pct_peak (of the datasheet's dense peak: fp32 66.9, bf16 989.4 TFLOP/s for the H100/H200 SXM),
+//   gpu_extra_bytes (the kernel's workspace, measured by the counted device buffers). The share
+//   of the measured GEMM rate (BM_gemm, same run) is computed from the JSON by
+//   tools/gpu_tables.py.
 // Timing: inputs random normal (cuRAND), several input sets rotated when one set would fit in
 // L2 (so no iteration reads from a warm cache), one untimed warm-up launch, then each iteration
 // is one launch between two CUDA events (kernel time only, no host overhead).
@@ -24,6 +25,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -84,10 +86,6 @@ int64_t l2_bytes() {
   return l2;
 }
 
-// The measured GEMM rate per dtype (TFLOP/s), filled by BM_gemm (registered first, so it runs
-// first); pct_gemm divides by it.
-std::map<fa::DType, double> g_gemm_tflops;
-
 void BM_gemm(benchmark::State& state) {
   const fa::DType t = fa::DType(state.range(0));
   const int n = 8192;
@@ -95,19 +93,28 @@ void BM_gemm(benchmark::State& state) {
   fa::DeviceBuffer<uint8_t> A(eb * n * n, fa::Mem::Io), B(eb * n * n, fa::Mem::Io), C(eb * n * n, fa::Mem::Io);
   fill_normal(A.get(), int64_t(n) * n, t, 1);
   fill_normal(B.get(), int64_t(n) * n, t, 2);
-  cublasHandle_t h;
-  cublasCreate(&h);
+  cublasHandle_t h = nullptr;
+  if (const cublasStatus_t st = cublasCreate(&h); st != CUBLAS_STATUS_SUCCESS) {
+    state.SkipWithError((std::string("cublasCreate: ") + cublasGetStatusString(st)).c_str());
+    return;
+  }
   const cudaDataType_t ty = t == fa::DType::fp32 ? CUDA_R_32F : CUDA_R_16BF;
   const float one = 1.f, zero = 0.f;
   auto gemm = [&] {
-    if (cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, A.get(), ty, n, B.get(), ty, n, &zero,
-                     C.get(), ty, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS)
-      throw std::runtime_error("cublasGemmEx failed");
+    return cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, A.get(), ty, n, B.get(), ty, n, &zero,
+                        C.get(), ty, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   };
-  gemm();
+  if (const cublasStatus_t st = gemm(); st != CUBLAS_STATUS_SUCCESS) {
+    state.SkipWithError((std::string("cublasGemmEx: ") + cublasGetStatusString(st)).c_str());
+    cublasDestroy(h);
+    return;
+  }
   for (auto _ : state) {
     fa::EventTimer timer;
-    gemm();
+    if (const cublasStatus_t st = gemm(); st != CUBLAS_STATUS_SUCCESS) {  // a failed call is no time
+      state.SkipWithError((std::string("cublasGemmEx: ") + cublasGetStatusString(st)).c_str());
+      break;
+    }
     state.SetIterationTime(timer.stop() * 1e-3);
   }
   cublasDestroy(h);
@@ -116,15 +123,6 @@ void BM_gemm(benchmark::State& state) {
   state.counters["pct_peak"] = benchmark::Counter(flops * 1e-12 / peak_tflops(t) * 100,
                                                   benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(fa::dtype_name(t));
-  // The rate for pct_gemm below: measured once more here outside the benchmark loop (median of 5).
-  std::vector<float> ms;
-  for (int i = 0; i < 5; ++i) {
-    fa::EventTimer timer;
-    gemm();
-    ms.push_back(timer.stop());
-  }
-  std::sort(ms.begin(), ms.end());
-  g_gemm_tflops[t] = flops / (double(ms[2]) * 1e9);
 }
 
 // One forward of `kernel` in `dtype` on problem p, timed per launch.
@@ -163,8 +161,6 @@ void time_forward(benchmark::State& state, const std::string& kernel, fa::DType 
   const double tf = p.forward_flops() * 1e-12;
   state.counters["TFLOP/s"] = benchmark::Counter(tf, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["pct_peak"] = benchmark::Counter(tf / peak_tflops(t) * 100, benchmark::Counter::kIsIterationInvariantRate);
-  if (g_gemm_tflops.count(t))
-    state.counters["pct_gemm"] = benchmark::Counter(tf / g_gemm_tflops[t] * 100, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["gpu_extra_bytes"] = double(extra);
   state.counters["input_sets"] = sets;
   const fa05::Plan pl = fa05::plan(kernel, p, t, cfg);

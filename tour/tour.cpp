@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cli.hpp"
+#include "errors.hpp"
 #include "stage_01.hpp"
 #include "stage_02.hpp"
 #include "stage_03.hpp"
@@ -29,7 +30,8 @@ struct Entry {
 };
 
 // The stages in course order. GPU stages run in `gpu_dtype` (--dtype); the CPU stages in fp32.
-std::vector<Entry> stages(fa::DType gpu_dtype) {
+// p is the problem (a GPU row says which kernel really runs it when a version falls back).
+std::vector<Entry> stages(fa::DType gpu_dtype, const fa::AttnProblem& p) {
   std::vector<Entry> v;
   auto built = [&](const fa::Stage& s) { v.push_back({s.name, s.idea, s, ""}); };
   built(stage_01());
@@ -43,6 +45,14 @@ std::vector<Entry> stages(fa::DType gpu_dtype) {
     for (const fa05::KernelInfo& k : fa05::kernels()) {  // every kernel version, one row each
       fa::Stage s = stage_05(k.name);
       s.name = "05_cuda_tiled " + k.name;
+      std::string runs;
+      try {
+        runs = fa05::plan(k.name, p, gpu_dtype).runs;
+      } catch (const fa::InputError& e) {  // e.g. d = 300: this kernel does not run the problem
+        v.push_back({s.name, k.idea, std::nullopt, e.what()});
+        continue;
+      }
+      if (runs != k.name) s.name += " (ran " + runs + ")";  // e.g. v2 at d = 32: no tensor-core path
       s.forward = s.forward_for(gpu_dtype);
       built(s);
     }
@@ -50,7 +60,7 @@ std::vector<Entry> stages(fa::DType gpu_dtype) {
     v.push_back({"05_cuda_tiled", idea05, std::nullopt, "no GPU: " + why});
   }
 #else
-  (void)gpu_dtype;
+  (void)gpu_dtype, (void)p;
   v.push_back({"05_cuda_tiled", idea05, std::nullopt, "not built: no CUDA compiler (nvcc) at configure time"});
 #endif
   v.push_back({"06_backward_recompute", "backward from LSE: recompute P block by block", std::nullopt, "not built yet"});
@@ -80,7 +90,7 @@ int main(int argc, char** argv) {
   return fa::run_program(app, argc, argv, [&]() -> int {
     const fa::DType gpu_dtype = fa::parse_dtype(f.dtype);  // for the GPU rows only
     fa::Inputs in = fa::make_inputs(f);
-    const std::vector<Entry> all = stages(gpu_dtype);
+    const std::vector<Entry> all = stages(gpu_dtype, in.p);
     int nxn = 0;
     for (const Entry& e : all)
       if (e.stage) nxn = std::max({nxn, e.stage->nxn_forward, e.stage->nxn_backward});
