@@ -114,12 +114,14 @@ if has tour; then
   step tour_bf16 120 $BUILD/tour/tour --dtype bf16
 fi
 
-echo
-echo "gpu_check summary ($(date -u +%Y-%m-%dT%H:%MZ), $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null)); logs in $LOG"
 failed=0
-for row in "${SUMMARY[@]}"; do
-  echo "  $row"
-  [[ "$row" == *" rc="* ]] && failed=$((failed + 1))
-done
-echo "  $failed step(s) failed"
-[ $failed -eq 0 ]
+{
+  echo
+  echo "gpu_check summary ($(date -u +%Y-%m-%dT%H:%MZ), $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null), phases $PHASES); logs in $LOG"
+  for row in "${SUMMARY[@]}"; do
+    echo "  $row"
+    [[ "$row" == *" rc="* ]] && failed=$((failed + 1))
+  done
+  echo "  $failed step(s) failed"
+} | tee "$LOG/summary.txt"
+! grep -q " rc=" "$LOG/summary.txt"
