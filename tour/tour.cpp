@@ -108,7 +108,10 @@ int main(int argc, char** argv) {
     out(txt, "errors are max |X - X_ref| over all elements (backward rows: the largest over dQ, dK,\n"
              "dV); stage 01 is the baseline, so its 'vs 01' is 0; extra memory is measured (peak\n"
              "heap bytes above inputs and outputs); time is one run, wall clock (benchmarks: bench_*)\n");
-    out(txt, "GPU rows (05_*, in %s): extra memory on the GPU and kernel time by CUDA events\n\n", f.dtype.c_str());
+    const bool any_gpu = std::any_of(all.begin(), all.end(), [](const Entry& e) { return e.stage && e.stage->forward_for; });
+    if (any_gpu)
+      out(txt, "GPU rows (05_*, in %s): extra memory on the GPU and kernel time by CUDA events\n", f.dtype.c_str());
+    out(txt, "\n");
     out(txt, "%-28s %-13s %-13s %-13s %-13s %10s\n", "stage", "O vs 01", "O vs f64", "LSE vs f64",
         "extra mem", "time ms");
     out(txt, "%s\n", std::string(95, '-').c_str());

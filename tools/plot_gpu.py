@@ -1,0 +1,60 @@
+"""Plot stage 05 beside PyTorch's SDPA backends from docs/results/compare_torch_05.json.
+
+  docs/img/gpu_tflops_vs_N.png   bf16 forward TFLOP/s vs N, d = 64 and 128, causal and not: our
+                                 kernels (v1, v2, the cuBLAS materialised baseline) and SDPA's
+                                 flash, cuDNN, efficient and math backends, measured in one process
+
+Usage: python3 tools/plot_gpu.py [--results docs/results] [--out docs/img]
+(tools/plots.sh makes the venv with matplotlib and runs every plot script.)
+"""
+import argparse
+import json
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+STYLE = {
+    "fa05 v1": ("tab:red", "o", "-"),
+    "fa05 v2": ("tab:blue", "s", "-"),
+    "fa05 cublas": ("tab:orange", "^", "-"),
+    "sdpa flash": ("black", "D", "--"),
+    "sdpa cudnn": ("tab:gray", "v", "--"),
+    "sdpa efficient": ("tab:green", "x", "--"),
+    "sdpa math": ("tab:purple", "+", "--"),
+}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--results", default="docs/results")
+    ap.add_argument("--out", default="docs/img")
+    a = ap.parse_args()
+    data = json.load(open(os.path.join(a.results, "compare_torch_05.json")))
+    rows = [r for r in data["rows"] if r["dtype"] == "bf16" and r["tflops"]]
+    fig, axes = plt.subplots(2, 2, figsize=(11, 8), sharex=True, sharey=True)
+    for ax, (d, causal) in zip(axes.flat, [(64, False), (64, True), (128, False), (128, True)]):
+        for impl, (color, marker, ls) in STYLE.items():
+            pts = sorted((r["N"], r["tflops"]) for r in rows if r["impl"] == impl and r["d"] == d and r["causal"] == causal)
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], ls, color=color, marker=marker, label=impl)
+        ax.set_xscale("log", base=2)
+        ax.set_title(f"d = {d}, {'causal' if causal else 'not causal'}")
+        ax.grid(True, alpha=0.3)
+    for ax in axes[1]:
+        ax.set_xlabel("sequence length N (B*N = 16384 tokens, H = 2048/d)")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("TFLOP/s (bf16 forward)")
+    axes[0, 0].legend(fontsize=8)
+    fig.suptitle(f"Stage 05 beside PyTorch SDPA, {data['device']}, {data['date']} (tools/compare_torch.py)")
+    fig.tight_layout()
+    os.makedirs(a.out, exist_ok=True)
+    path = os.path.join(a.out, "gpu_tflops_vs_N.png")
+    fig.savefig(path, dpi=110)
+    print("wrote", path)
+
+
+if __name__ == "__main__":
+    main()
