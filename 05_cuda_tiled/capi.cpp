@@ -3,10 +3,12 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstdio>
 #include <new>
 #include <string>
 
 #include "check.hpp"
+#include "device_buffer.hpp"
 #include "fa05.h"
 #include "runner.hpp"
 
@@ -14,9 +16,54 @@ namespace {
 
 thread_local std::string g_error;
 
+// The message, as one line of at most 300 characters (a caller's string may hold anything).
 int fail(int status, const std::string& msg) {
-  g_error = msg;
+  g_error.clear();
+  for (unsigned char c : msg) {
+    if (g_error.size() >= 300) {
+      g_error += "...";
+      break;
+    }
+    if (c >= 0x20 && c != 0x7f) {
+      g_error += char(c);
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      g_error += buf;
+    }
+  }
   return status;
+}
+
+// A usable GPU (one exists, compute capability >= 8.0), or FA05_CUDA_ERROR with the reason.
+int check_gpu() {
+  int n = 0, dev = 0, major = 0;
+  const cudaError_t err = cudaGetDeviceCount(&n);
+  if (err != cudaSuccess || n == 0) {
+    cudaGetLastError();
+    return fail(FA05_CUDA_ERROR, std::string("GPU: expected a CUDA GPU, found none (") +
+                                     (err != cudaSuccess ? cudaGetErrorName(err) : "no device") + ")");
+  }
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess || major < 8)
+    return fail(FA05_CUDA_ERROR, "GPU: expected compute capability 8.0 or newer, found an older or unreadable device");
+  return FA05_OK;
+}
+
+// Each pointer must be device (or managed) memory: a host pointer would fault inside a kernel,
+// a sticky error that breaks the caller's CUDA context for good.
+int check_device_pointers(const void* const (&ptrs)[5]) {
+  const char* names[5] = {"Q", "K", "V", "O", "LSE"};
+  for (int i = 0; i < 5; ++i) {
+    cudaPointerAttributes a{};
+    if (cudaPointerGetAttributes(&a, ptrs[i]) != cudaSuccess) {
+      cudaGetLastError();
+      return fail(FA05_INVALID_ARGUMENT, std::string(names[i]) + ": expected a device pointer, found one CUDA does not know");
+    }
+    if (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged)
+      return fail(FA05_INVALID_ARGUMENT, std::string(names[i]) + ": expected a device pointer, found host memory");
+  }
+  return FA05_OK;
 }
 
 // The problem, checked as the CLI checks it (fa::validate) plus the C-only cases.
@@ -25,7 +72,7 @@ int make_problem(const char* kernel, int64_t B, int64_t H, int64_t H_kv, int64_t
   if (!kernel) return fail(FA05_INVALID_ARGUMENT, "kernel: expected a name, found NULL");
   if (dtype < FA05_FP32 || dtype > FA05_BF16)
     return fail(FA05_INVALID_ARGUMENT, "dtype: expected 0 (fp32), 1 (fp16) or 2 (bf16), found " + std::to_string(dtype));
-  if (!(std::isfinite(scale) && scale >= 0.f))
+  if (!(std::isfinite(scale) && scale >= 0.f) || std::signbit(scale))
     return fail(FA05_INVALID_ARGUMENT, "scale: expected a finite number > 0 (or 0 for 1/sqrt(d)), found " + std::to_string(scale));
   p.B = B, p.H = H, p.H_kv = H_kv, p.N_q = N_q, p.N_k = N_k, p.d = d;
   p.causal = causal != 0;
@@ -70,6 +117,15 @@ int fa05_forward(const char* kernel, const void* Q, const void* K, const void* V
   if (int s = make_problem(kernel, B, H, H_kv, N_q, N_k, d, dtype, causal, scale, p, t)) return s;
   if (!Q || !K || !V || !O || !LSE)
     return fail(FA05_INVALID_ARGUMENT, "Q, K, V, O, LSE: expected device pointers, found NULL");
+  // What needs no GPU first (the problem, the pointers' alignment), then the GPU and the memory.
+  fa05::Plan pl;
+  if (int s = guarded([&] {
+        pl = fa05::plan(kernel, p, t);
+        fa05::check_alignment(pl, t, Q, K, V, O, LSE);
+      }))
+    return s;
+  if (int s = check_gpu()) return s;
+  if (int s = check_device_pointers({Q, K, V, O, LSE})) return s;
   return guarded([&] {
     fa05::forward(kernel, p, t, Q, K, V, O, LSE, fa05::Config{}, static_cast<cudaStream_t>(stream));
   });
@@ -97,6 +153,12 @@ const char* fa05_runs(const char* kernel, int64_t d, int dtype) {
       if (k.name == name) runs = k.name.c_str();  // the list's own storage: valid for the process
   });
   return runs;
+}
+
+int fa05_release_cached_memory(void) {
+  g_error.clear();
+  if (int s = check_gpu()) return s;
+  return guarded([] { fa::trim_course_pool(); });
 }
 
 int fa05_kernel_count(void) { return int(fa05::kernels().size()); }

@@ -3,7 +3,8 @@
  * backends run in one process on the same data.
  *
  * Every function returns a status and never exits, aborts or prints; after a non-zero status
- * fa05_last_error() says what went wrong, in one line (the thread's last error).
+ * fa05_last_error() says what went wrong, in one line (the thread's last error; it names the
+ * stage program's flag for a value, e.g. "--head-dim" for d).
  */
 #ifndef FA05_H
 #define FA05_H
@@ -34,7 +35,9 @@ enum fa05_status {
  *   LSE  : device pointer, [B, H, N_q], float32, natural log (-inf for a row that sees no key)
  *   causal: non-zero for the bottom-right aligned mask (query i sees key j iff j <= i + N_k - N_q)
  *   scale : softmax scale > 0, or 0 for 1/sqrt(d)
- * The tensor-core versions need Q, K, V, O 16-byte aligned (FA05_UNSUPPORTED otherwise).
+ * Q, K, V, O must be device memory aligned to their element size, LSE to 4 bytes
+ * (FA05_INVALID_ARGUMENT otherwise); the tensor-core versions also need Q, K, V, O 16-byte
+ * aligned (FA05_UNSUPPORTED otherwise). Checked before any kernel runs.
  * Returns an fa05_status. */
 FA05_API int fa05_forward(const char* kernel, const void* Q, const void* K, const void* V, void* O, float* LSE,
                  int64_t B, int64_t H, int64_t H_kv, int64_t N_q, int64_t N_k, int64_t d, int dtype,
@@ -49,6 +52,10 @@ FA05_API int fa05_workspace_bytes(const char* kernel, int64_t B, int64_t H, int6
  * `kernel` itself, or "v1" where a tensor-core version does not cover d or dtype. NULL (and
  * fa05_last_error()) for an unknown kernel or a bad d or dtype. */
 FA05_API const char* fa05_runs(const char* kernel, int64_t d, int dtype);
+
+/* Gives the memory the library keeps cached for reuse (the cuBLAS baseline's S and P: O(N^2))
+ * on the current device back to the driver, e.g. for PyTorch's allocator. Returns an fa05_status. */
+FA05_API int fa05_release_cached_memory(void);
 
 /* The kernels, in course order: i from 0 to fa05_kernel_count() - 1. NULL past the end. */
 FA05_API int fa05_kernel_count(void);

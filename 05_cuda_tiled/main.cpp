@@ -5,7 +5,7 @@
 //   --dtype T        fp32 (default), fp16 or bf16: Q, K, V are rounded to T, O is stored in T
 //   --sram-bytes M   v1: the shared memory the blocks are sized from (default 48 KiB)
 //   --block-q Br     v1: query rows per block   (default: min(Bc, d), FA1 Alg. 1 line 1)
-//   --block-k Bc     v1: key rows per block     (default: ceil(M / 4d))
+//   --block-k Bc     v1: key rows per block     (default: ceil(M / 4d), M in floats)
 // Without a GPU it exits with code 2 and one line, like any other unusable input.
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -33,6 +33,12 @@ int main(int argc, char** argv) {
       f(p, Q, K, V, O, LSE);
     });
   };
+  // Before anything runs: the kernel takes the problem, the inputs fit the dtype, a GPU is there.
+  stage.precheck = [&](const fa::AttnProblem& p, const fa::Inputs* in, fa::DType t) {
+    fa05::plan(kernel, p, t, cfg);
+    if (in) fa::check_dtype_range(*in, t);
+    fa::require_gpu();
+  };
   return fa::stage_main(
       argc, argv, stage,
       [&](CLI::App& app) {
@@ -41,7 +47,7 @@ int main(int argc, char** argv) {
             ->check(CLI::Range(int64_t(16), int64_t(1) << 30));
         app.add_option("--block-q", cfg.Br, "v1: Br, query rows per block (default: min(Bc, d))")
             ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
-        app.add_option("--block-k", cfg.Bc, "v1: Bc, key rows per block (default: ceil(M / 4d))")
+        app.add_option("--block-k", cfg.Bc, "v1: Bc, key rows per block (default: ceil(M / 16d), M in bytes: FA1's ceil(M/4d) in floats)")
             ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
       },
       [&](const fa::Inputs&, nlohmann::json& report, std::ostream& text) {

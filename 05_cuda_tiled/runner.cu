@@ -7,6 +7,7 @@
 
 #include <climits>
 #include <cmath>
+#include <map>
 #include <string>
 #include <type_traits>
 
@@ -47,6 +48,8 @@ namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+constexpr int64_t kMaxBlockRows = int64_t(1) << 20;
+
 // The v1 blocks: Dao et al. 2022, Algorithm 1, line 1, with M = the shared memory budget in
 // floats, exactly as stage 04's blocks_from_sram(): the four ~B x d tiles Q_i, K_j, V_j, O_i
 // fit in M. (S, m and l come on top of M; plan() adds them to the shared memory it reports.)
@@ -59,6 +62,11 @@ void v1_blocks(const fa::AttnProblem& p, const Config& cfg, int64_t& Br, int64_t
   if (cfg.Bc > 0) Bc = cfg.Bc;
   Br = std::min(Br, p.N_q);  // no block larger than the problem
   Bc = std::min(Bc, p.N_k);
+  // Above this no block fits in shared memory anyway; capping first keeps the byte count below
+  // from overflowing (the CLI caps the flags at 2^20 too).
+  if (Br > kMaxBlockRows || Bc > kMaxBlockRows)
+    throw Unsupported("--block-q/--block-k", "at most " + std::to_string(kMaxBlockRows) + " rows per block",
+                      "Br=" + std::to_string(Br) + " Bc=" + std::to_string(Bc));
 }
 
 // Calls f(T{}) with T the CUDA type of the dtype.
@@ -80,12 +88,14 @@ void cublas_check(cublasStatus_t s, const char* call) {
     throw fa::CudaError(cudaErrorUnknown, std::string("cuBLAS error: ") + call + ": " + cublasGetStatusString(s));
 }
 
+// One cuBLAS handle per thread and device: a handle is bound to the device current when it is
+// made, and cublasSetStream + two GEMMs on a shared handle would race between threads.
 cublasHandle_t cublas_handle() {
-  static cublasHandle_t h = [] {
-    cublasHandle_t handle = nullptr;
-    cublas_check(cublasCreate(&handle), "cublasCreate");
-    return handle;
-  }();
+  thread_local std::map<int, cublasHandle_t> handles;
+  int dev = 0;
+  FA_CUDA_CHECK(cudaGetDevice(&dev));
+  cublasHandle_t& h = handles[dev];
+  if (!h) cublas_check(cublasCreate(&h), "cublasCreate");
   return h;
 }
 
@@ -175,6 +185,10 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
     pl.note = kernel + " runs fp16/bf16 at d = 64 or 128 (tensor cores); ran v1 for " +
               fa::dtype_name(dtype) + " at d = " + std::to_string(p.d);
   }
+  // v1's knobs mean nothing to the other kernels: refuse them rather than ignore them.
+  if (pl.runs != "v1" && (cfg.sram_bytes > 0 || cfg.Br > 0 || cfg.Bc > 0))
+    throw Unsupported("--sram-bytes/--block-q/--block-k", "only with a kernel that runs v1",
+                      "kernel " + kernel + ", which runs " + pl.runs + " here");
   if (pl.runs == "v2") {
     pl.Br = v2::Br, pl.Bc = v2::Bc;
     pl.threads = v2::kThreads;
@@ -184,13 +198,12 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
     v1_blocks(p, cfg, pl.Br, pl.Bc);
     pl.threads = v1::kThreads;
     pl.blocks = p.B * p.H * ceil_div(p.N_q, pl.Br);
-    if (pl.Br > INT_MAX || pl.Bc > INT_MAX) pl.smem_bytes = INT64_MAX;
-    else pl.smem_bytes = v1::Layout{int(pl.Br), int(pl.Bc), int(p.d)}.bytes();
-    if (pl.smem_bytes > kMaxSmemSm90)
+    pl.smem_bytes = v1::Layout{int(pl.Br), int(pl.Bc), int(p.d)}.bytes();  // Br, Bc <= 2^20, d <= 256
+    if (pl.smem_bytes <= 0 || pl.smem_bytes > kMaxSmemSm90)
       throw Unsupported("--sram-bytes/--block-q/--block-k",
                         "blocks whose shared memory fits in " + std::to_string(kMaxSmemSm90) + " bytes",
                         "Br=" + std::to_string(pl.Br) + " Bc=" + std::to_string(pl.Bc) + " d=" +
-                            std::to_string(p.d) + " (" + (pl.smem_bytes == INT64_MAX ? std::string("too many") : std::to_string(pl.smem_bytes)) + " bytes)");
+                            std::to_string(p.d) + " (" + std::to_string(pl.smem_bytes) + " bytes)");
   } else {  // cublas
     check_int(p.N_k, "--seq-k", "N_k");
     check_int(p.H / p.H_kv * p.N_q, "--seq-q", "(H / H_kv) * N_q");
@@ -206,14 +219,28 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
   return pl;
 }
 
+void check_alignment(const Plan& pl, fa::DType dtype, const void* Q, const void* K, const void* V,
+                     const void* O, const float* LSE) {
+  // Every kernel reads whole elements (a misaligned access is a sticky CUDA error that would
+  // poison the caller's context); v2's 16-byte vector loads need 16-byte alignment.
+  auto aligned = [](const void* ptr, uintptr_t a) { return reinterpret_cast<uintptr_t>(ptr) % a == 0; };
+  for (const void* ptr : {Q, K, V, O})
+    if (!aligned(ptr, uintptr_t(fa::dtype_bytes(dtype))))
+      throw fa::InputError("Q/K/V/O", "pointers aligned to the " + std::to_string(fa::dtype_bytes(dtype)) +
+                                          "-byte element size", "a misaligned pointer");
+  if (!aligned(LSE, 4)) throw fa::InputError("LSE", "a 4-byte aligned pointer", "a misaligned pointer");
+  if (pl.runs == "v2")
+    for (const void* ptr : {Q, K, V, O})
+      if (!aligned(ptr, 16))
+        throw Unsupported("Q/K/V/O", "16-byte aligned pointers for v2's 16-byte loads", "a misaligned pointer");
+}
+
 void forward(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const void* Q,
              const void* K, const void* V, void* O, float* LSE, const Config& cfg,
              cudaStream_t stream) {
   const Plan pl = plan(kernel, p, dtype, cfg);
+  check_alignment(pl, dtype, Q, K, V, O, LSE);
   if (pl.runs == "v2") {
-    for (const void* ptr : {Q, K, V, static_cast<const void*>(O)})
-      if (reinterpret_cast<uintptr_t>(ptr) % 16 != 0)
-        throw Unsupported("Q/K/V/O", "16-byte aligned device pointers for " + kernel, "a misaligned pointer");
     v2_forward(p, dtype, Q, K, V, O, LSE, pl, stream);
     return;
   }

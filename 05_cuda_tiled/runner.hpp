@@ -67,6 +67,11 @@ inline constexpr int64_t kMaxSmemSm90 = 227 * 1024;
 // d = 64 and 128; for anything else they fall back to v1, and the plan says so (runs, note).
 Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const Config& cfg = {});
 
+// Throws fa::InputError unless Q, K, V, O are aligned to the dtype's element size and LSE to 4
+// bytes, and Unsupported unless they are 16-byte aligned where pl runs v2. No CUDA call.
+void check_alignment(const Plan& pl, fa::DType dtype, const void* Q, const void* K, const void* V,
+                     const void* O, const float* LSE);
+
 // Runs `kernel` on device pointers (layout above) on `stream`, without waiting for it.
 // p.scale 0 means 1/sqrt(d). The tensor-core versions need Q, K, V, O 16-byte aligned.
 // Throws as plan() (and Unsupported for misaligned pointers), fa::CudaError when CUDA or

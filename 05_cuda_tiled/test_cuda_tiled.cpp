@@ -116,18 +116,22 @@ TEST_CASE("05: a problem a kernel cannot run is refused before the GPU runs") {
 }
 
 TEST_CASE("05: every kernel gives bit-identical results run after run (no race)") {
-  const fa::Inputs in = fa::random_inputs(make(2, 4, 2, 301, 257, 72, true), 11);
-  for (const fa05::KernelInfo& k : fa05::kernels())
-    for (fa::DType t : kDtypes) {
-      INFO(k.name << " " << std::string(fa::dtype_name(t)));
-      const fa::ForwardFn f = stage_05_forward(k.name, t);
-      const fa::ForwardRun a = fa::run_forward(f, in);
-      for (int rep = 0; rep < 3; ++rep) {
-        const fa::ForwardRun b = fa::run_forward(f, in);
-        CHECK(same_bits(a.O, b.O));
-        CHECK(same_bits(a.LSE, b.LSE));
+  // d = 72: v1's odd layout (v2 runs v1 there); d = 64 and 128: v2's own tensor-core kernel.
+  for (const fa::AttnProblem& p : {make(2, 4, 2, 301, 257, 72, true), make(2, 4, 2, 301, 257, 64, true),
+                                   make(1, 4, 1, 200, 333, 128, false)}) {
+    const fa::Inputs in = fa::random_inputs(p, 11);
+    for (const fa05::KernelInfo& k : fa05::kernels())
+      for (fa::DType t : kDtypes) {
+        INFO(k.name << " " << std::string(fa::dtype_name(t)) << " " << p.describe());
+        const fa::ForwardFn f = stage_05_forward(k.name, t);
+        const fa::ForwardRun a = fa::run_forward(f, in);
+        for (int rep = 0; rep < 3; ++rep) {
+          const fa::ForwardRun b = fa::run_forward(f, in);
+          CHECK(same_bits(a.O, b.O));
+          CHECK(same_bits(a.LSE, b.LSE));
+        }
       }
-    }
+  }
 }
 
 TEST_CASE("05: extra GPU memory measured equals the plan (v1: none; cublas: S and P)") {
@@ -195,11 +199,11 @@ TEST_CASE("05 v1: offsets past 2^31 elements (Q, O of 2^31 + 8192 elements, bf16
 }
 
 TEST_CASE("05: the C ABI (libfa05.so) computes what the C++ path computes") {
-  const fa::AttnProblem p = make(2, 6, 3, 77, 45, 40, true);
-  const fa::Inputs in = fa::random_inputs(p, 9);
+  for (const fa::AttnProblem& p : {make(2, 6, 3, 77, 45, 40, true), make(2, 6, 3, 77, 45, 64, true)})
   for (const fa05::KernelInfo& k : fa05::kernels())
     for (fa::DType t : kDtypes) {
-      INFO(k.name << " " << std::string(fa::dtype_name(t)));
+      const fa::Inputs in = fa::random_inputs(p, 9);
+      INFO(k.name << " " << std::string(fa::dtype_name(t)) << " " << p.describe());
       const fa::ForwardRun ref = fa::run_forward(stage_05_forward(k.name, t), in);
       const int64_t eb = fa::dtype_bytes(t);
       std::vector<uint8_t> hq(size_t(eb * p.q_elems())), hk(size_t(eb * p.kv_elems())), hv(hk.size());

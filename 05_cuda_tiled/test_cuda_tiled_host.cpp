@@ -61,7 +61,9 @@ TEST_CASE("05 plan: v1 blocks follow FA1 Alg. 1 line 1 with M = 48 KiB, clamped 
   struct Want {
     int64_t d, Br, Bc;
   };
-  for (const Want w : {Want{1, 1, 3072}, Want{16, 16, 192}, Want{64, 48, 48}, Want{128, 24, 24}, Want{256, 12, 12}}) {
+  // d = 100 and 200 do not divide M: Bc is rounded up (12288 / 400 = 30.72 -> 31).
+  for (const Want w : {Want{1, 1, 3072}, Want{16, 16, 192}, Want{64, 48, 48}, Want{100, 31, 31},
+                       Want{128, 24, 24}, Want{200, 16, 16}, Want{256, 12, 12}}) {
     INFO("d = " << w.d);
     const fa05::Plan pl = fa05::plan("v1", make(1, 2, 2, 4096, 4096, w.d, false), fa::DType::bf16);
     CHECK(pl.Br == w.Br);
@@ -103,6 +105,25 @@ TEST_CASE("05 plan: what a kernel cannot run is refused with the flag to change"
   // More than 2^31 - 1 thread blocks: 2^26 rows of d = 1 in blocks of Br = 1, times 64 heads.
   CHECK_THROWS_WITH_AS(fa05::plan("v1", make(1, 64, 64, int64_t(1) << 26, 2, 1, false), fa::DType::fp32),
                        doctest::Contains("thread blocks"), fa05::Unsupported);
+  // Block rows whose byte count would overflow int are refused, not wrapped to a small size.
+  fa05::Config wide;
+  wide.Br = 2, wide.Bc = int64_t(1) << 31;
+  CHECK_THROWS_WITH_AS(fa05::plan("v1", make(1, 1, 1, 64, (int64_t(1) << 31) + 5, 1, false), fa::DType::fp32, wide),
+                       doctest::Contains("--block-q/--block-k"), fa05::Unsupported);
+  // v1's knobs are refused, not ignored, where v1 does not run.
+  fa05::Config knob;
+  knob.Br = 32;
+  CHECK_THROWS_WITH_AS(fa05::plan("v2", make(1, 1, 1, 64, 64, 64, false), fa::DType::bf16, knob),
+                       doctest::Contains("--sram-bytes/--block-q/--block-k"), fa05::Unsupported);
+  CHECK_THROWS_AS(fa05::plan("cublas", make(1, 1, 1, 64, 64, 64, false), fa::DType::bf16, knob), fa05::Unsupported);
+  CHECK(fa05::plan("v2", make(1, 1, 1, 64, 64, 80, false), fa::DType::bf16, knob).runs == "v1");  // v1 runs
+  // cuBLAS takes int sizes: N_k, (H / H_kv) N_q and B H_kv past 2^31 - 1 are refused.
+  CHECK_THROWS_WITH_AS(fa05::plan("cublas", make(1, 1, 1, 1, (int64_t(1) << 31) + 1, 1, false), fa::DType::fp32),
+                       doctest::Contains("--seq-k"), fa05::Unsupported);
+  CHECK_THROWS_WITH_AS(fa05::plan("cublas", make(1, 4, 1, (int64_t(1) << 29) + 1, 1, 1, false), fa::DType::fp32),
+                       doctest::Contains("--seq-q"), fa05::Unsupported);
+  CHECK_THROWS_WITH_AS(fa05::plan("cublas", make((int64_t(1) << 31) + 1, 1, 1, 1, 1, 1, false), fa::DType::fp32),
+                       doctest::Contains("--batch"), fa05::Unsupported);
 }
 
 TEST_CASE("05 plan: v2 runs fp16/bf16 at d = 64, 128 with 64 x 64 blocks; v1 otherwise, and says so") {
@@ -153,6 +174,26 @@ TEST_CASE("05 C ABI: kernels listed; bad arguments answered with a status, no GP
         FA05_INVALID_ARGUMENT);
   CHECK(fa05_forward("v1", x, x, x, x, &dummy, 1, 1, 1, 8, 8, 64, FA05_FP32, 0, NAN, nullptr) ==
         FA05_INVALID_ARGUMENT);
+  CHECK(fa05_forward("v1", x, x, x, x, &dummy, 1, 1, 1, 8, 8, 64, FA05_FP32, 0, -0.f, nullptr) ==
+        FA05_INVALID_ARGUMENT);
+  // Alignment is checked before any CUDA call: element size for every kernel, 16 bytes for v2.
+  alignas(16) static unsigned char mem[256];
+  void* a16 = mem;
+  void* a2 = mem + 2;
+  float* lse = reinterpret_cast<float*>(mem + 128);
+  CHECK(fa05_forward("v2", a2, a16, a16, a16, lse, 1, 1, 1, 8, 8, 64, FA05_FP16, 0, 0.f, nullptr) ==
+        FA05_UNSUPPORTED);
+  CHECK(std::string(fa05_last_error()).find("16-byte") != std::string::npos);
+  CHECK(fa05_forward("v1", mem + 1, a16, a16, a16, lse, 1, 1, 1, 8, 8, 64, FA05_FP16, 0, 0.f, nullptr) ==
+        FA05_INVALID_ARGUMENT);
+  CHECK(fa05_forward("v1", a16, a16, a16, a16, reinterpret_cast<float*>(mem + 2), 1, 1, 1, 8, 8, 64, FA05_FP16,
+                     0, 0.f, nullptr) == FA05_INVALID_ARGUMENT);
+  // A message is one line, whatever the caller passed.
+  CHECK(fa05_runs("v1\nsecond line", 64, FA05_BF16) == nullptr);
+  CHECK(std::string(fa05_last_error()).find('\n') == std::string::npos);
+  CHECK(std::string(fa05_last_error()).find("\\x0a") != std::string::npos);
+  CHECK(fa05_runs(std::string(100000, 'k').c_str(), 64, FA05_BF16) == nullptr);
+  CHECK(std::string(fa05_last_error()).size() < 400);
   CHECK(fa05_forward("v1", x, x, x, x, &dummy, 0, 1, 1, 8, 8, 64, FA05_FP32, 0, 0.f, nullptr) ==
         FA05_INVALID_ARGUMENT);
   CHECK(fa05_forward("v1", x, x, x, x, &dummy, 1, 4, 3, 8, 8, 64, FA05_FP32, 0, 0.f, nullptr) ==
@@ -173,6 +214,26 @@ TEST_CASE("05 C ABI: kernels listed; bad arguments answered with a status, no GP
   CHECK(fa05_workspace_bytes("v1", 1, 2, 1, 10, 20, 8, FA05_BF16, 0, &bytes) == FA05_OK);
   CHECK(bytes == 0);
   CHECK(fa05_workspace_bytes("v1", 1, 2, 1, 10, 20, 8, FA05_BF16, 0, nullptr) == FA05_INVALID_ARGUMENT);
+}
+
+TEST_CASE("05 C ABI: libfa05.so exports fa05_* and nothing else") {
+  FILE* nm = popen((std::string("nm -D --defined-only ") + FA05_LIB).c_str(), "r");
+  REQUIRE(nm != nullptr);
+  char line[512];
+  int fa05 = 0, other = 0;
+  while (std::fgets(line, sizeof line, nm)) {
+    const std::string s(line);
+    const std::string sym = s.substr(s.find_last_of(' ') + 1);
+    if (sym.rfind("fa05_", 0) == 0) ++fa05;
+    else {
+      ++other;
+      INFO("exported: " << sym);
+      CHECK(false);
+    }
+  }
+  CHECK(pclose(nm) == 0);
+  CHECK(fa05 == 8);  // the eight functions of fa05.h
+  CHECK(other == 0);
 }
 
 TEST_CASE("05 dtypes: encode/decode round trips; rounding is to nearest even") {
@@ -245,6 +306,9 @@ TEST_CASE("05 program: without a GPU, one line and exit code 2; bad flags are na
       {"--seq-q 8 --heads 3 --kv-heads 2", "--kv-heads"},
       {"--sram-bytes 8 --seq-q 8", "--sram-bytes"},
       {"--block-q 0 --seq-q 8", "--block-q"},
+      {"--block-q 4096 --block-k 4096 --seq-q 4096", "--sram-bytes/--block-q/--block-k"},  // plan()'s limit
+      {"--kernel cublas --block-q 32 --seq-q 64", "--sram-bytes/--block-q/--block-k"},    // v1-only knob
+      {"--kernel v2 --dtype bf16 --block-k 32 --seq-q 64", "--sram-bytes/--block-q/--block-k"},
   };
   for (auto [args, flag] : bad) {
     INFO(args);

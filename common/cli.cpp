@@ -35,7 +35,7 @@ void add_common_flags(CLI::App& app, CliFlags& f, bool backward, bool outputs) {
   k->needs(q)->needs(v);
   v->needs(q)->needs(k);
   for (auto* o : f.shape_opts) o->excludes(q)->excludes(k)->excludes(v);
-  app.add_option("--dtype", f.dtype, "element type: fp32 (CPU stages), fp16 or bf16 (GPU stages)");
+  app.add_option("--dtype", f.dtype, "element type: fp32 (the default; the only one CPU stages take), fp16 or bf16 (GPU stages)");
   if (outputs) {
     app.add_option("--out", f.out, "write O as .npy (float32, [B,H,N_q,d])");
     app.add_option("--lse", f.lse, "write LSE as .npy (float32, [B,H,N_q], natural log)");
@@ -50,19 +50,26 @@ void add_common_flags(CLI::App& app, CliFlags& f, bool backward, bool outputs) {
   app.add_flag("--no-check", f.no_check, "skip the comparisons with stage 01 and float64");
 }
 
-Inputs make_inputs(const CliFlags& f) {
+std::optional<AttnProblem> problem_from_flags(const CliFlags& f) {
   // scale 0 means "1/sqrt(d)" inside AttnProblem; typed on the command line it is an error.
   if (f.scale_opt && f.scale_opt->count() > 0 && f.p.scale == 0.f)
     throw InputError("--scale", "a finite number > 0", "0");
-  if (!f.q.empty()) return load_inputs(f.q, f.k, f.v, f.p.causal, f.p.scale);
+  if (!f.q.empty()) return std::nullopt;
   bool shape_given = false;
   for (auto* o : f.shape_opts) shape_given |= o && o->count() > 0;
-  if (!shape_given) return default_inputs(f.p.causal, f.p.scale);
+  if (!shape_given) return std::nullopt;
   AttnProblem p = f.p;
   // Not given: H_kv = H and N_k = N_q. Given as 0: validate() rejects it.
   if (f.shape_opts[2]->count() == 0) p.H_kv = p.H;
   if (f.shape_opts[4]->count() == 0) p.N_k = p.N_q;
-  return random_inputs(p, f.seed);
+  validate(p);
+  return p;
+}
+
+Inputs make_inputs(const CliFlags& f) {
+  if (const std::optional<AttnProblem> p = problem_from_flags(f)) return random_inputs(*p, f.seed);
+  if (!f.q.empty()) return load_inputs(f.q, f.k, f.v, f.p.causal, f.p.scale);
+  return default_inputs(f.p.causal, f.p.scale);
 }
 
 void check_dtype(const CliFlags& f, const std::string& supported) {
@@ -198,10 +205,16 @@ int stage_main(int argc, char** argv, const Stage& stage,
   if (extra_flags) extra_flags(app);
   return run_program(app, argc, argv, [&]() -> int {
     Stage st = stage;  // a GPU stage's forward depends on --dtype
-    if (st.forward_for) st.forward = st.forward_for(parse_dtype(f.dtype));
+    DType dtype = DType::fp32;
+    if (st.forward_for) st.forward = st.forward_for(dtype = parse_dtype(f.dtype));
     else check_dtype(f);
     check_output_paths(f);
+    // A GPU stage refuses what it can before any input is made (a large random problem takes
+    // seconds to generate), and again once the inputs exist.
+    if (st.precheck)
+      if (const std::optional<AttnProblem> p = problem_from_flags(f)) st.precheck(*p, nullptr, dtype);
     Inputs in = make_inputs(f);
+    if (st.precheck) st.precheck(in.p, &in, dtype);
     const bool bwd = bool(stage.backward);
     // Refuse a run that cannot fit before allocating it (the stage's own N x N matrices, and
     // unless --no-check, stage 01's: the baseline every report compares with).

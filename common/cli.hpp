@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <string>
@@ -39,6 +40,10 @@ void add_common_flags(CLI::App& app, CliFlags& f, bool backward, bool outputs = 
 // Builds the inputs the flags describe: files if --q/--k/--v, random if any shape flag, else the
 // default real input. Throws InputError.
 Inputs make_inputs(const CliFlags& f);
+
+// The problem the shape flags give (validated), before any input is made; empty when the inputs
+// come from files or the default input. Throws InputError.
+std::optional<AttnProblem> problem_from_flags(const CliFlags& f);
 
 // Throws InputError unless --dtype is one this program supports (CPU stages: fp32).
 void check_dtype(const CliFlags& f, const std::string& supported = "fp32");

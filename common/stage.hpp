@@ -9,6 +9,8 @@
 
 namespace fa {
 
+struct Inputs;  // harness.hpp
+
 // Forward: reads Q [B,H,N_q,d], K and V [B,H_kv,N_k,d]; writes O [B,H,N_q,d] and LSE [B,H,N_q].
 using ForwardFn = std::function<void(const AttnProblem&, const float* Q, const float* K,
                                      const float* V, float* O, float* LSE)>;
@@ -29,6 +31,11 @@ struct Stage {
   // GPU stages: the forward for an element type (--dtype fp32|fp16|bf16: Q, K, V rounded to it
   // and O stored in it). Empty for the CPU stages, which compute in fp32 and refuse other dtypes.
   std::function<ForwardFn(DType)> forward_for = {};
+  // GPU stages: what can be refused before anything runs (the kernel does not support the
+  // problem, an input value overflows the dtype, there is no usable GPU). stage_main calls it
+  // with in == nullptr as soon as the shape flags give the problem (before inputs are made), and
+  // again with the inputs. Throws InputError.
+  std::function<void(const AttnProblem&, const Inputs* in, DType)> precheck = {};
 };
 
 }  // namespace fa

@@ -2,7 +2,7 @@
 # The whole GPU check in one command, on a machine with an NVIDIA GPU (the course uses an H200):
 # build for sm_90a from this tree, run every test (the GPU battery included), SASS and register
 # report, compute-sanitizer (memcheck, racecheck, synccheck, initcheck) on small ragged problems
-# for every kernel, ncu on v1, the benchmark, the side-by-side with PyTorch's SDPA backends, and
+# for every kernel, ncu on v1, v2 and the cuBLAS baseline, the benchmark, the side-by-side with PyTorch's SDPA backends, and
 # the tour. Every log goes to LOG_DIR; a summary table is printed last.
 #
 #   scripts/gpu_check.sh LOG_DIR [PHASES]
@@ -89,7 +89,8 @@ if has sanitize; then
 fi
 
 if has ncu; then
-  # Where v1's time goes (and the materialised baseline's softmax): one launch each, counters.
+  # Where the time goes: v1 and v2 (one launch each, ncu's detailed set), and the materialised
+  # baseline's GEMMs and softmax (speed of light).
   step ncu_v1 300 ncu --clock-control none --set detailed -k regex:forward_kernel -c 1 \
     $BIN/05_cuda_tiled --kernel v1 --dtype bf16 --batch 4 --heads 32 --seq-q 4096 --head-dim 64 --no-check
   step ncu_v2 300 ncu --clock-control none --set detailed -k regex:forward_kernel -c 1 \
@@ -106,7 +107,7 @@ fi
 if has compare; then
   # shellcheck disable=SC2086
   NOTE="^checks:" step compare_torch 560 env PYTHONUNBUFFERED=1 python3 tools/compare_torch.py --lib $BIN/libfa05.so \
-    --json "$LOG/compare_torch.json" ${COMPARE_ARGS:-}
+    --json "$LOG/compare_torch_05.json" ${COMPARE_ARGS:-}
 fi
 
 if has tour; then

@@ -58,7 +58,7 @@ def compare_table(src, dtype, link):
     out.append(f"TFLOP/s (forward, 4·B·H·N²·d, halved for causal), median of CUDA-event times, {dtype}, "
                f"measured {data['date']} on an {data['device']} (PyTorch {data['torch']}, CUDA {data['cuda']}, "
                f"cuDNN {data['cudnn']}) by `scripts/gpu_check.sh` (`python3 tools/compare_torch.py --lib "
-               f"build-gpu/05_cuda_tiled/libfa05.so`); `-`: the backend refuses the dtype, or its S and P "
+               f"build-gpu/05_cuda_tiled/libfa05.so --json ...`); `-`: the backend refuses the dtype, or its S and P "
                f"would pass 40 GiB; source: [{src}]({link}).")
     return "\n".join(out) + "\n"
 

@@ -1,7 +1,8 @@
 // v1: stage 04's loop in GPU shared memory, scalar fp32. The GPU lesson's first page.
 //
 // Read it beside ../../04_tiled_cpu/tiled.hpp: same names (Br, Bc, Tr, Q_i, K_j, V_j, S, m, l,
-// O_i), same loop, same masking rules. What changes is WHERE things live:
+// O_i), same loop, same masking rules (stage 04 stores K_j transposed for its SIMD micro-kernels;
+// here K_j keeps its rows). What changes is WHERE things live:
 //
 //   stage 04 (CPU)                              v1 (GPU)
 //   one OpenMP task = (batch, head, q block)    one thread block = (batch, head, q block)
@@ -32,8 +33,9 @@ namespace fa05::v1 {
 constexpr int kThreads = 128;  // 4 warps; each step's loops stride over the tile by this much
 
 // The shared-memory layout, in floats. K_j's rows are padded to an odd length (d | 1): in the
-// S step the 32 threads of a warp read 32 different rows of K_j at the same column, and with an
-// odd pitch those 32 addresses fall in 32 different banks (no bank conflict). S rows have pitch
+// S step consecutive threads read consecutive rows (keys) of K_j at the same column, and with an
+// odd pitch 32 consecutive rows fall in 32 different banks. (When Bc is not a multiple of 32, a
+// warp spans two rows of S and some of its reads still share a bank: a 2-way conflict.) S rows have pitch
 // Bc + 1 for the same reason in the softmax step (one thread per row).
 struct Layout {
   int Br, Bc, d;

@@ -20,7 +20,8 @@
 // of P (16 x 16 = two C fragments side by side), so no shared memory round trip is needed.
 //
 // Supports T = __half or __nv_bfloat16 and D = 64 or 128 (runner.cu falls back to v1 for other
-// head dims and for fp32). Br = Bc = 64. Arithmetic: products in 16 bits, sums in fp32 (S, O, m, l).
+// head dims and for fp32). Br = Bc = 64. Precision: the mma operands (Q, K, V and P) are 16-bit
+// values; their products and every sum (S, O, m, l) are fp32.
 #pragma once
 #include <cstdint>
 

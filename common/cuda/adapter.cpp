@@ -33,17 +33,6 @@ class Pinned {
   void* p_ = nullptr;
 };
 
-// An input value the dtype cannot hold becomes infinity on the GPU: refuse it instead.
-void check_range(const float* x, int64_t n, DType t, const char* arg) {
-  if (t != DType::fp16) return;  // bf16 and fp32 share float32's exponent range
-  for (int64_t i = 0; i < n; ++i)
-    if (std::fabs(x[i]) > 65504.f) {
-      char buf[96];
-      std::snprintf(buf, sizeof buf, "%g at flat index %lld", double(x[i]), static_cast<long long>(i));
-      throw InputError(arg, "values within fp16's range (|x| <= 65504; try --dtype bf16)", buf);
-    }
-}
-
 std::string gib(double bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / double(1ull << 30));
@@ -52,15 +41,33 @@ std::string gib(double bytes) {
 
 }  // namespace
 
+void check_dtype_range(const float* x, int64_t n, DType t, const std::string& arg) {
+  if (t == DType::fp32) return;
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(round_to(t, x[i]))) {  // rounds to infinity in the dtype
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "%g at flat index %lld", double(x[i]), static_cast<long long>(i));
+      throw InputError(arg, std::string("values that stay finite in ") + dtype_name(t) +
+                                (t == DType::fp16 ? " (|x| < 65520; try --dtype bf16)" : " (|x| < 3.39e38)"),
+                       buf);
+    }
+}
+
+void check_dtype_range(const Inputs& in, DType t) {
+  check_dtype_range(in.Q.ptr(), in.Q.numel(), t, "--q");
+  check_dtype_range(in.K.ptr(), in.K.numel(), t, "--k");
+  check_dtype_range(in.V.ptr(), in.V.numel(), t, "--v");
+}
+
 ForwardFn gpu_forward(DeviceForwardFn f, DType dtype, WorkspaceFn workspace) {
   return [f = std::move(f), dtype, workspace = std::move(workspace)](
              const AttnProblem& p, const float* Q, const float* K, const float* V, float* O,
              float* LSE) {
-    require_gpu();
     const int64_t nq = p.q_elems(), nkv = p.kv_elems(), nl = p.lse_elems();
-    check_range(Q, nq, dtype, "--q");
-    check_range(K, nkv, dtype, "--k");
-    check_range(V, nkv, dtype, "--v");
+    check_dtype_range(Q, nq, dtype, "--q");  // depends on the input alone: before the GPU check
+    check_dtype_range(K, nkv, dtype, "--k");
+    check_dtype_range(V, nkv, dtype, "--v");
+    require_gpu();
     const int64_t eb = dtype_bytes(dtype);
     const int64_t need = eb * (2 * nq + 2 * nkv) + 4 * nl + (workspace ? workspace(p, dtype) : 0);
     const long long free_b = gpu_free_bytes();

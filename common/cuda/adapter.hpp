@@ -17,6 +17,7 @@
 #include <functional>
 
 #include "dtype.hpp"
+#include "harness.hpp"
 #include "stage.hpp"
 
 namespace fa {
@@ -32,9 +33,15 @@ using DeviceForwardFn = std::function<void(const AttnProblem& p, DType dtype, co
 // that does not fit in the GPU's free memory).
 using WorkspaceFn = std::function<int64_t(const AttnProblem& p, DType dtype)>;
 
-// The ForwardFn for f in `dtype`. Its calls throw InputError when there is no GPU, when an input
-// value is outside the dtype's range (|x| > 65504 in fp16), or when inputs, outputs and workspace
-// exceed the GPU's free memory; CudaError when CUDA fails.
+// Throws InputError(arg, ...) if a value of x rounds to infinity in dtype t (|x| >= 65520 in
+// fp16; near FLT_MAX in bf16): on the GPU it would become inf, and O NaN. n elements.
+void check_dtype_range(const float* x, int64_t n, DType t, const std::string& arg);
+// The same for the Q, K, V of `in` (arguments --q, --k, --v).
+void check_dtype_range(const Inputs& in, DType t);
+
+// The ForwardFn for f in `dtype`. Its calls throw InputError when an input value is outside the
+// dtype's range (check_dtype_range), when there is no usable GPU, or when inputs, outputs and
+// workspace exceed the GPU's free memory (in that order); CudaError when CUDA fails.
 ForwardFn gpu_forward(DeviceForwardFn f, DType dtype, WorkspaceFn workspace = {});
 
 }  // namespace fa

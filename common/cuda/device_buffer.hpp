@@ -4,16 +4,20 @@
 //   DeviceBuffer<float> S(B * H * N_q * N_k, Mem::Extra, stream);  // counted: a workspace
 //   DeviceBuffer<uint16_t> Q(n, Mem::Io, stream);                   // not counted: an input
 //
-// Memory comes from CUDA's stream-ordered allocator (cudaMallocAsync on the device's default
-// pool, which keeps freed blocks for reuse), so a workspace allocated on every call costs
+// Memory comes from CUDA's stream-ordered allocator, from a pool of the course's own per device
+// (course_pool()) that keeps freed blocks for reuse, so a workspace allocated on every call costs
 // microseconds after the first, and a benchmark that runs a materialised baseline in a loop
-// times the baseline, not cudaMalloc. Freed in the destructor, on the same stream.
+// times the baseline, not cudaMalloc. The process's default pool (PyTorch's, say, when
+// libfa05.so is loaded into it) is left as it was; trim_course_pool() gives cached memory back.
+// Freed in the destructor, on the same stream.
 // Throws CudaError (cudaErrorMemoryAllocation when the GPU is full).
 #pragma once
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <utility>
 
 #include "check.hpp"
@@ -26,20 +30,31 @@ enum class Mem {
   Extra,  // workspace: counted in devstats (live and peak bytes)
 };
 
-// Keep freed memory in the current device's pool instead of returning it to the driver at every
-// synchronisation (the default release threshold is 0). Called once per process.
-inline void keep_pool_memory() {
-  static const bool done = [] {
-    int dev = 0;
-    cudaMemPool_t pool;
-    if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetDefaultMemPool(&pool, dev) == cudaSuccess) {
-      uint64_t threshold = std::numeric_limits<uint64_t>::max();
-      cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold);
-    }
-    return true;
-  }();
-  (void)done;
+// The course's memory pool on the current device, made on first use: it keeps freed memory for
+// reuse (release threshold: never) instead of returning it to the driver at every
+// synchronisation, which is what the default pool does. Throws CudaError.
+inline cudaMemPool_t course_pool() {
+  static std::mutex mu;
+  static std::map<int, cudaMemPool_t> pools;  // one per device
+  int dev = 0;
+  FA_CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = pools.find(dev);
+  if (it != pools.end()) return it->second;
+  cudaMemPoolProps props{};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = dev;
+  cudaMemPool_t pool = nullptr;
+  FA_CUDA_CHECK(cudaMemPoolCreate(&pool, &props));
+  uint64_t threshold = std::numeric_limits<uint64_t>::max();
+  FA_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+  pools[dev] = pool;
+  return pool;
 }
+
+// Returns the course pool's cached (freed, unused) memory on the current device to the driver.
+inline void trim_course_pool() { FA_CUDA_CHECK(cudaMemPoolTrimTo(course_pool(), 0)); }
 
 template <class T>
 class DeviceBuffer {
@@ -49,9 +64,8 @@ class DeviceBuffer {
   explicit DeviceBuffer(int64_t n, Mem kind = Mem::Extra, cudaStream_t stream = nullptr)
       : n_(n), kind_(kind), stream_(stream) {
     if (n == 0) return;
-    keep_pool_memory();
     void* p = nullptr;
-    FA_CUDA_CHECK(cudaMallocAsync(&p, size_t(bytes()), stream));
+    FA_CUDA_CHECK(cudaMallocFromPoolAsync(&p, size_t(bytes()), course_pool(), stream));
     ptr_ = static_cast<T*>(p);
     if (kind_ == Mem::Extra) devstats::on_alloc(bytes());
   }

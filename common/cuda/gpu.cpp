@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdio>
+#include <string>
 
 #include "errors.hpp"
 
@@ -24,6 +25,20 @@ bool gpu_available(std::string* why) {
   }
   if (n == 0) {
     if (why) *why = "no CUDA device";
+    return false;
+  }
+  // The kernels are built for sm_80 and sm_90a: an older GPU would fail at the first launch.
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+    cudaGetLastError();
+    if (why) *why = "cannot read the device's compute capability";
+    return false;
+  }
+  if (major < 8) {
+    if (why) *why = "compute capability " + std::to_string(major) + "." + std::to_string(minor) +
+                    ", older than the 8.0 (Ampere) the kernels are built for";
     return false;
   }
   return true;

@@ -5,7 +5,8 @@
 
 namespace fa {
 
-// True if a CUDA device can be used. Otherwise false, with `why` set to CUDA's reason
+// True if a CUDA device can be used: there is one, and it is compute capability 8.0 (Ampere) or
+// newer, which the kernels are built for. Otherwise false, with `why` set to the reason
 // (e.g. "cudaErrorNoDevice: no CUDA-capable device is detected").
 bool gpu_available(std::string* why = nullptr);
 
