@@ -81,7 +81,10 @@ void check_forward_battery(const ForwardFn& f, bool is_stage01 = false, Storage 
 void check_forward_case(const ForwardFn& f, const Case& c, bool is_stage01 = false, Storage st = {});
 
 // Same for a backward: dQ, dK, dV against the float64 reference backward, with stage 01's backward
-// error as the baseline.
-void check_backward_battery(const BackwardFn& f, bool is_stage01 = false);
+// error as the baseline. `forward` (a backward from O and LSE: stage 06 and later) gives the O and
+// LSE the backward consumes, its own forward's; then the baseline also carries the error that
+// storing LSE in float32 causes by itself (reference_backward with lse_in_float32), measured in
+// float64. Without it, the backward gets stage 01's O and LSE.
+void check_backward_battery(const BackwardFn& f, bool is_stage01 = false, const ForwardFn& forward = {});
 
 }  // namespace fa

@@ -86,7 +86,7 @@ void reference_forward_stored(const AttnProblem& p, const Tensor& Q, const Tenso
 
 void reference_backward(const AttnProblem& p, const TensorD& Q, const TensorD& K,
                         const TensorD& V, const TensorD& dO, TensorD& dQ, TensorD& dK,
-                        TensorD& dV) {
+                        TensorD& dV, bool lse_in_float32) {
   const int64_t B = p.B, H = p.H, Hkv = p.H_kv, Nq = p.N_q, Nk = p.N_k, d = p.d;
   const double scale = p.scale != 0.f ? double(p.scale) : 1.0 / std::sqrt(double(d));
   const int64_t group = H / Hkv;
@@ -101,7 +101,8 @@ void reference_backward(const AttnProblem& p, const TensorD& Q, const TensorD& K
       const int64_t hk = h / group;
       for (int64_t i = 0; i < Nq; ++i) {
         const int64_t qi = ((b * H + h) * Nq + i) * d;
-        const double lse = LSE[(b * H + h) * Nq + i];
+        double lse = LSE[(b * H + h) * Nq + i];
+        if (lse_in_float32) lse = double(float(lse));  // what a backward fed a float32 LSE sees
         if (lse == -std::numeric_limits<double>::infinity()) continue;  // row sees nothing
         double D = 0;  // D_i = dO_i . O_i
         for (int64_t c = 0; c < d; ++c) D += dO[qi + c] * O[qi + c];

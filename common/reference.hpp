@@ -34,8 +34,11 @@ void reference_forward_stored(const AttnProblem& p, const Tensor& Q, const Tenso
 // dK = scale dS^T Q (Dao et al. 2022, Appendix B.2, eqs. for the standard backward).
 // GQA: dK and dV of a kv head sum the contributions of every query head that reads it.
 // dQ [B,H,N_q,d], dK/dV [B,H_kv,N_k,d] are resized by the call.
+// lse_in_float32: P is recomputed as exp(S - LSE) from LSE rounded to float32, as a backward that
+// takes the forward's float32 LSE (stages 06 and later) does; the difference from the exact
+// gradients is the error that storing LSE in float32 causes by itself (conformance.hpp).
 void reference_backward(const AttnProblem& p, const TensorD& Q, const TensorD& K,
                         const TensorD& V, const TensorD& dO, TensorD& dQ, TensorD& dK,
-                        TensorD& dV);
+                        TensorD& dV, bool lse_in_float32 = false);
 
 }  // namespace fa

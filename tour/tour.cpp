@@ -16,6 +16,7 @@
 #include "stage_02.hpp"
 #include "stage_03.hpp"
 #include "stage_04.hpp"
+#include "stage_06.hpp"
 #ifdef FA_HAVE_CUDA
 #include "gpu.hpp"
 #include "stage_05.hpp"
@@ -63,7 +64,7 @@ std::vector<Entry> stages(fa::DType gpu_dtype, const fa::AttnProblem& p) {
   (void)gpu_dtype, (void)p;
   v.push_back({"05_cuda_tiled", idea05, std::nullopt, "not built: no CUDA compiler (nvcc) at configure time"});
 #endif
-  v.push_back({"06_backward_recompute", "backward from LSE: recompute P block by block", std::nullopt, "not built yet"});
+  built(stage_06());
   return v;
 }
 

@@ -1,0 +1,220 @@
+// Stage 06: FlashAttention's backward on a CPU, from O and LSE only.
+//
+// Stage 01's backward stores four N_q x N_k matrices per head (S, P, dP, dS). FlashAttention's
+// forward keeps only O and the log-sum-exp LSE_i = m_i + log(l_i) of each row, O(N d) in all.
+// The one new idea here: RECOMPUTE P block by block from what the forward kept,
+//   P_ij = exp(S_ij - LSE_i)                      (the softmax, exactly: no running max needed)
+// and replace the only row-wide quantity of the softmax Jacobian by one number per row,
+//   D_i = rowsum(dO_i * O_i) = rowsum(P_i * dP_i)  (Dao et al. 2022, App. B.2, eq. for dS)
+// so every gradient term is a product of blocks (Dao 2023, FlashAttention-2, Algorithm 2):
+//   dV_j += P_ij^T dO_i     dP_ij = dO_i V_j^T     dS_ij = P_ij * (dP_ij - D_i)
+//   dK_j += scale dS_ij^T Q_i                       dQ_i += scale dS_ij K_j
+// No N x N matrix is stored: the extra memory is the block buffers and D (one float per row).
+//
+// Loop order and determinism. FA2's Algorithm 2 puts the key/value blocks outside (line 5), so
+// dK_j and dV_j stay on chip for a whole pass over the queries and are written once; but dQ_i then
+// receives a contribution from every key block, which FA2 adds to HBM with atomics (line 21):
+// the order of those additions, and so the rounding, changes with the schedule. Here the work is
+// split in two passes so that every output element is written by one task, in a fixed order:
+//   pass 1  parallel over (batch, kv head, key block j): dK_j, dV_j, FA2's loop order (lines 5-20,
+//           less dQ). GQA: the query heads that share kv head are looped over inside the task,
+//           so their dK, dV contributions add in a fixed order too.
+//   pass 2  parallel over (batch, head, query block i): dQ_i, stage 04's loop order (S and dP
+//           recomputed a second time).
+// The price: 7 block products instead of 5 (40% more arithmetic than FA2 with atomics); the
+// reward: bit-identical gradients for any thread count (tested), no atomics, no locks.
+//
+// Pass 1 works on transposed blocks (S_ij^T = scale K_j Q_i^T, key rows by query columns), so
+// that P^T and dS^T, which multiply dO_i and Q_i, come out of stage 04's micro-kernels row-major.
+//
+// Shapes (common/problem.hpp): Q, O, dO, dQ [B,H,N_q,d]; K, V, dK, dV [B,H_kv,N_k,d];
+// LSE [B,H,N_q] (natural log, -inf for a row that sees no key). Blocks: stage 04's (Br, Bc from
+// the SRAM budget M, FA1 Alg. 1 line 1; Algorithm 4 of its Appendix B uses the same sizes).
+#pragma once
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "microkernel.hpp"
+#include "problem.hpp"
+#include "tiled.hpp"
+
+namespace bwd {
+
+using tiled::Blocks;
+
+// D_i = rowsum(dO_i * O_i) for every row (FA2 Alg. 2 line 4): [B,H,N_q], float32.
+inline void row_dots(const fa::AttnProblem& p, const float* O, const float* dO, float* D, int threads) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t r = 0; r < p.lse_elems(); ++r) {
+    float s = 0.f;
+    for (int64_t c = 0; c < p.d; ++c) s += dO[r * p.d + c] * O[r * p.d + c];
+    D[r] = s;
+  }
+}
+
+// The loss gradient through attention (see the top of the file). Writes dQ, dK, dV (poisoned
+// values are overwritten everywhere). Throws std::bad_alloc if the block buffers do not fit.
+template <class T>
+void backward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, const T* O, const T* dO,
+              const T* LSE, T* dQ, T* dK, T* dV, const Blocks& blk) {
+  static_assert(std::is_same_v<T, float>, "stage 06 uses stage 04's float32 micro-kernels");
+  using namespace tiled::mk;
+  const Blocks def = tiled::default_blocks(p.d);
+  const int64_t d = p.d, G = p.H / p.H_kv;
+  const int64_t Br = std::min(blk.Br > 0 ? blk.Br : def.Br, p.N_q);
+  const int64_t Bc = std::min(blk.Bc > 0 ? blk.Bc : def.Bc, p.N_k);
+  const int64_t Tr = (p.N_q + Br - 1) / Br, Tc = (p.N_k + Bc - 1) / Bc;
+  const float scale = p.resolved_scale();
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  const int64_t Brp = round_up(Br, VW), Bcp = round_up(Bc, VW), dp = round_up(d, VW);
+  const int threads = blk.threads > 0 ? blk.threads : omp_get_max_threads();
+  const int64_t shift = p.N_k - p.N_q;  // bottom-right causal: query i sees key j iff j <= i + shift
+
+  std::vector<float> D(static_cast<size_t>(p.lse_elems()));  // one float per query row
+  row_dots(p, O, dO, D.data(), threads);
+
+  // ---- pass 1: dK_j, dV_j, one task per (batch, kv head, key block) --------------------------
+  // Each thread's "SRAM", allocated before the parallel region (an exception cannot leave it).
+  struct Sram1 {
+    std::vector<float> Kj, Vj, Qt, dOt, Qi, dOi, St, dSt, dKj, dVj, L, Di;
+  };
+  std::vector<Sram1> s1(static_cast<size_t>(threads));
+  for (Sram1& t : s1)
+    t = {std::vector<float>(Bc * d), std::vector<float>(Bc * d), std::vector<float>(d * Brp),
+         std::vector<float>(d * Brp), std::vector<float>(Br * dp, 0.f), std::vector<float>(Br * dp, 0.f),
+         std::vector<float>(Bc * Brp), std::vector<float>(Bc * Brp), std::vector<float>(Bc * dp),
+         std::vector<float>(Bc * dp), std::vector<float>(Brp), std::vector<float>(Brp)};
+
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+  for (int64_t t = 0; t < p.B * p.H_kv * Tc; ++t) {
+    auto& [Kj, Vj, Qt, dOt, Qi, dOi, St, dSt, dKj, dVj, L, Di] = s1[static_cast<size_t>(omp_get_thread_num())];
+    const int64_t b = t / (p.H_kv * Tc), hk = t / Tc % p.H_kv, c0 = t % Tc * Bc;
+    const int64_t bc = std::min(Bc, p.N_k - c0);
+    // Load K_j, V_j into SRAM (FA2 Alg. 2 line 6); dK_j = dV_j = 0 on chip (line 7).
+    const T* k = K + p.kv_offset(b, hk * G, c0);  // query head hk * G reads kv head hk
+    const T* v = V + p.kv_offset(b, hk * G, c0);
+    std::copy(k, k + bc * d, Kj.data());
+    std::copy(v, v + bc * d, Vj.data());
+    std::fill(dKj.begin(), dKj.end(), 0.f);
+    std::fill(dVj.begin(), dVj.end(), 0.f);
+    // Causal: queries before i_first see none of these keys; their blocks are skipped whole.
+    const int64_t i_first = p.causal ? std::max<int64_t>(0, c0 - shift) : 0;
+
+    for (int64_t h = hk * G; h < (hk + 1) * G; ++h)            // GQA: the heads sharing kv head hk
+      for (int64_t r0 = i_first / Br * Br; r0 < p.N_q; r0 += Br) {  // line 8: the query blocks
+        const int64_t br = std::min(Br, p.N_q - r0), brp = round_up(br, VW);
+        // Load Q_i, dO_i (rows, and transposed), LSE_i and D_i (line 9).
+        for (int64_t r = 0; r < br; ++r) {
+          const T* q = Q + p.q_offset(b, h, r0 + r);
+          const T* g = dO + p.q_offset(b, h, r0 + r);
+          std::copy(q, q + d, Qi.data() + r * dp);
+          std::copy(g, g + d, dOi.data() + r * dp);
+          for (int64_t x = 0; x < d; ++x) Qt[x * Brp + r] = q[x], dOt[x * Brp + r] = g[x];
+          // A row that sees no key has LSE = -inf; +inf makes its P exactly 0 below.
+          const float lse = LSE[p.lse_offset(b, h, r0 + r)];
+          L[r] = lse == neg_inf ? -neg_inf : lse;
+          Di[r] = D[p.lse_offset(b, h, r0 + r)];
+        }
+        // S_ij^T = scale K_j Q_i^T (line 10), bc x brp.
+        gemm_qk(Kj.data(), bc, d, Qt.data(), Brp, brp, scale, St.data(), Brp);
+        // Only a block the diagonal crosses needs the mask: the block's last key is past what
+        // its first query sees.
+        const bool crosses = p.causal && c0 + bc - 1 > r0 + shift;
+        for (int64_t c = 0; c < bc; ++c) {
+          float* s = St.data() + c * Brp;
+          if (crosses)
+            for (int64_t r = 0; r < br; ++r)
+              if (c0 + c > r0 + r + shift) s[r] = neg_inf;
+          // P_ij^T = exp(S_ij^T - LSE_i) (line 11): the softmax, recomputed.
+          for (int64_t r = 0; r < brp; r += VW) store(s + r, exp_neg(load(s + r) - load(L.data() + r)));
+        }
+        // dV_j += P_ij^T dO_i (line 12).
+        gemm_pv(St.data(), Brp, bc, br, dOi.data(), dp, dp, dVj.data(), dp);
+        // dP_ij^T = V_j dO_i^T (line 13), then dS_ij^T = P_ij^T * (dP_ij^T - D_i) (line 14).
+        gemm_qk(Vj.data(), bc, d, dOt.data(), Brp, brp, 1.f, dSt.data(), Brp);
+        for (int64_t c = 0; c < bc; ++c) {
+          float* ds = dSt.data() + c * Brp;
+          const float* pt = St.data() + c * Brp;
+          for (int64_t r = 0; r < brp; r += VW) store(ds + r, load(pt + r) * (load(ds + r) - load(Di.data() + r)));
+        }
+        // dK_j += dS_ij^T Q_i (line 16; the factor scale is applied once, at the write).
+        gemm_pv(dSt.data(), Brp, bc, br, Qi.data(), dp, dp, dKj.data(), dp);
+      }
+    // Write dK_j, dV_j to HBM, once (line 19).
+    T* dk = dK + p.kv_offset(b, hk * G, c0);
+    T* dv = dV + p.kv_offset(b, hk * G, c0);
+    for (int64_t c = 0; c < bc; ++c)
+      for (int64_t x = 0; x < d; ++x) {
+        dk[c * d + x] = scale * dKj[c * dp + x];
+        dv[c * d + x] = dVj[c * dp + x];
+      }
+  }
+
+  // ---- pass 2: dQ_i, one task per (batch, head, query block) ---------------------------------
+  struct Sram2 {
+    std::vector<float> Qi, dOi, Kt, Vt, Kj, S, dS, dQi;
+  };
+  std::vector<Sram2> s2(static_cast<size_t>(threads));
+  for (Sram2& t : s2)
+    t = {std::vector<float>(Br * d), std::vector<float>(Br * d), std::vector<float>(d * Bcp),
+         std::vector<float>(d * Bcp), std::vector<float>(Bc * dp, 0.f), std::vector<float>(Br * Bcp),
+         std::vector<float>(Br * Bcp), std::vector<float>(Br * dp)};
+
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+  for (int64_t t = 0; t < p.B * p.H * Tr; ++t) {
+    auto& [Qi, dOi, Kt, Vt, Kj, S, dS, dQi] = s2[static_cast<size_t>(omp_get_thread_num())];
+    const int64_t b = t / (p.H * Tr), h = t / Tr % p.H, r0 = t % Tr * Br;
+    const int64_t br = std::min(Br, p.N_q - r0);
+    std::copy(Q + p.q_offset(b, h, r0), Q + p.q_offset(b, h, r0) + br * d, Qi.data());
+    std::copy(dO + p.q_offset(b, h, r0), dO + p.q_offset(b, h, r0) + br * d, dOi.data());
+    std::fill(dQi.begin(), dQi.end(), 0.f);
+    const int64_t keys_needed = p.keys_seen(r0 + br - 1);  // as in stage 04's forward
+
+    for (int64_t c0 = 0; c0 < keys_needed; c0 += Bc) {
+      const int64_t bn = std::min(Bc, keys_needed - c0), bcp = round_up(bn, VW);
+      // K_j, V_j transposed (the B operand of the S and dP products) and K_j by rows (for dQ).
+      const T* k = K + p.kv_offset(b, h, c0);
+      const T* v = V + p.kv_offset(b, h, c0);
+      for (int64_t c = 0; c < bn; ++c) {
+        std::copy(k + c * d, k + (c + 1) * d, Kj.data() + c * dp);
+        for (int64_t x = 0; x < d; ++x) Kt[x * Bcp + c] = k[c * d + x], Vt[x * Bcp + c] = v[c * d + x];
+      }
+      gemm_qk(Qi.data(), br, d, Kt.data(), Bcp, bcp, scale, S.data(), Bcp);      // S_ij
+      gemm_qk(dOi.data(), br, d, Vt.data(), Bcp, bcp, 1.f, dS.data(), Bcp);     // dP_ij
+      const bool crosses = p.causal && c0 + bn > p.keys_seen(r0);
+      for (int64_t r = 0; r < br; ++r) {
+        float* s = S.data() + r * Bcp;
+        float* ds = dS.data() + r * Bcp;
+        const int64_t seen = crosses ? std::clamp<int64_t>(p.keys_seen(r0 + r) - c0, 0, bn) : bn;
+        std::fill(s + seen, s + bcp, neg_inf);  // masked keys and the padding: P = 0
+        const float lse = LSE[p.lse_offset(b, h, r0 + r)];
+        const float l = lse == neg_inf ? -neg_inf : lse, Dr = D[p.lse_offset(b, h, r0 + r)];
+        for (int64_t c = 0; c < bcp; c += VW) {  // P = exp(S - LSE), dS = P * (dP - D)
+          const vf pv = exp_neg(load(s + c) - l);
+          store(ds + c, pv * (load(ds + c) - Dr));
+        }
+      }
+      // dQ_i += dS_ij K_j (FA2 Alg. 2 line 15, in a fixed order: no atomics).
+      gemm_pv(dS.data(), Bcp, br, bn, Kj.data(), dp, dp, dQi.data(), dp);
+    }
+    for (int64_t r = 0; r < br; ++r) {
+      T* dq = dQ + p.q_offset(b, h, r0 + r);
+      for (int64_t x = 0; x < d; ++x) dq[x] = scale * dQi[r * dp + x];
+    }
+  }
+}
+
+// The stage's default: blocks from M = the L2 size (stage 04's), all OpenMP threads.
+template <class T>
+void backward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, const T* O, const T* dO,
+              const T* LSE, T* dQ, T* dK, T* dV) {
+  backward(p, Q, K, V, O, dO, LSE, dQ, dK, dV, Blocks{});
+}
+
+}  // namespace bwd

@@ -1,0 +1,133 @@
+// Stage 06's tests: the backward battery (against the float64 reference backward and stage 01's
+// materialised backward), fed by its own forward's O and LSE, at several block shapes;
+// bit-identical gradients for 1, 2 and 4 threads; O(N d) extra memory; the program.
+// No timing here: speed lives in bench_06_backward_recompute.
+#include <doctest/doctest.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "conformance.hpp"
+#include "naive_backward.hpp"
+#include "reference.hpp"
+#include "stage_06.hpp"
+
+namespace {
+
+fa::BackwardFn with_blocks(int64_t Br, int64_t Bc, int threads = 0) {
+  return [=](const fa::AttnProblem& p, const float* Q, const float* K, const float* V, const float* O,
+             const float* dO, const float* LSE, float* dQ, float* dK, float* dV) {
+    tiled::Blocks b;
+    b.Br = Br, b.Bc = Bc, b.threads = threads;
+    bwd::backward<float>(p, Q, K, V, O, dO, LSE, dQ, dK, dV, b);
+  };
+}
+
+bool same_bits(const fa::Tensor& a, const fa::Tensor& b) {
+  return a.numel() == b.numel() && std::memcmp(a.ptr(), b.ptr(), size_t(a.numel()) * sizeof(float)) == 0;
+}
+
+fa::AttnProblem make(int64_t B, int64_t H, int64_t Hkv, int64_t Nq, int64_t Nk, int64_t d, bool causal) {
+  fa::AttnProblem p;
+  p.B = B, p.H = H, p.H_kv = Hkv, p.N_q = Nq, p.N_k = Nk, p.d = d, p.causal = causal;
+  return p;
+}
+
+}  // namespace
+
+// The backward consumes its own forward's O and LSE (stage 04's tiled forward), as in training.
+TEST_CASE("06 backward: battery, default blocks (stage 04's, from M = L2)") {
+  fa::check_backward_battery(stage_06().backward, false, stage_06().forward);
+}
+
+TEST_CASE("06 backward: battery, blocks that divide nothing (Br = 7, Bc = 13)") {
+  fa::check_backward_battery(with_blocks(7, 13), false, stage_06().forward);
+}
+
+TEST_CASE("06 backward: battery, Br = Bc = 1 and one block as big as the problem") {
+  fa::check_backward_battery(with_blocks(1, 1), false, stage_06().forward);
+  fa::check_backward_battery(with_blocks(100000, 100000), false, stage_06().forward);
+}
+
+TEST_CASE("06 backward: 1, 2 and 4 threads give bit-identical dQ, dK, dV") {
+  for (const fa::AttnProblem& p : {make(2, 4, 2, 301, 257, 40, true), make(1, 3, 1, 190, 333, 64, false),
+                                   make(1, 2, 2, 257, 120, 33, true)}) {
+    fa::Inputs in = fa::random_inputs(p, 3);
+    fa::add_grad_output(in, "", 4);
+    const fa::ForwardRun fwd = fa::run_forward(stage_06().forward, in);
+    for (auto [Br, Bc] : {std::pair<int64_t, int64_t>{16, 48}, {7, 13}}) {
+      INFO(p.describe() << " Br=" << Br << " Bc=" << Bc);
+      const fa::BackwardRun one = fa::run_backward(with_blocks(Br, Bc, 1), in, fwd);
+      for (int t : {2, 4}) {
+        INFO("threads " << t);
+        const fa::BackwardRun many = fa::run_backward(with_blocks(Br, Bc, t), in, fwd);
+        CHECK(same_bits(one.dQ, many.dQ));
+        CHECK(same_bits(one.dK, many.dK));
+        CHECK(same_bits(one.dV, many.dV));
+      }
+    }
+  }
+}
+
+TEST_CASE("06 backward: extra memory is O(N d): block buffers and one float per row, no N x N") {
+  // Measured (common/memtrack.hpp), one thread, Br = Bc = 64: growing N from 512 to 2048 adds only
+  // D (one float per query row, 4 * 1536 bytes) up to malloc's granularity; an N x N matrix would
+  // add 16 MiB.
+  int64_t bytes[2];
+  int k = 0;
+  for (int64_t N : {512, 2048}) {
+    fa::Inputs in = fa::random_inputs(make(1, 1, 1, N, N, 64, false), 2);
+    fa::add_grad_output(in, "", 5);
+    const fa::ForwardRun fwd = fa::run_forward(stage_06().forward, in);
+    bytes[k++] = fa::run_backward(with_blocks(64, 64, 1), in, fwd).extra_bytes;
+  }
+  INFO("bytes at N = 512: " << bytes[0] << ", at N = 2048: " << bytes[1]);
+  CHECK(std::abs(bytes[1] - bytes[0] - 4 * 1536) <= 40 * 16);
+  CHECK(bytes[1] < 1 << 20);  // the buffers: ~20 blocks of 64 x 64 floats
+}
+
+// ---- The program ----
+namespace {
+namespace fs = std::filesystem;
+struct Ran {
+  int code;
+  std::string out, err;
+};
+Ran run(const std::string& args, const fs::path& dir) {
+  const std::string cmd = std::string(STAGE_BIN) + " " + args + " >" + (dir / "o.txt").string() + " 2>" +
+                          (dir / "e.txt").string();
+  const int status = std::system(cmd.c_str());
+  auto slurp = [](const fs::path& f) {
+    std::ifstream s(f);
+    return std::string((std::istreambuf_iterator<char>(s)), std::istreambuf_iterator<char>());
+  };
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(dir / "o.txt"), slurp(dir / "e.txt")};
+}
+}  // namespace
+
+TEST_CASE("06 program: forward, backward, the gradients written, its flags") {
+  const fs::path dir = fs::temp_directory_path() / "fa_test_06_cli";
+  fs::create_directories(dir);
+  const std::string outs = " --dq " + (dir / "dq.npy").string() + " --dk " + (dir / "dk.npy").string() +
+                           " --dv " + (dir / "dv.npy").string();
+  const Ran r = run("--batch 2 --heads 4 --kv-heads 2 --seq-q 100 --seq-k 90 --head-dim 16 --causal --block-q 7 "
+                    "--block-k 13 --threads 2" + outs, dir);
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("backward :") != std::string::npos);
+  CHECK(r.out.find("dQ/dK/dV vs float64") != std::string::npos);
+  CHECK(r.err.empty());
+  for (const char* f : {"dq.npy", "dk.npy", "dv.npy"}) CHECK(fs::file_size(dir / f) > 0);
+  for (const char* bad : {"--block-q 0", "--block-k -3", "--threads 0", "--dtype bf16"}) {
+    INFO(bad);
+    const Ran e = run(std::string("--seq-q 8 ") + bad, dir);
+    CHECK(e.code == 2);
+    CHECK(std::count(e.err.begin(), e.err.end(), '\n') == 1);
+  }
+  fs::remove_all(dir);
+}
