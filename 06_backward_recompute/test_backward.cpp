@@ -131,3 +131,42 @@ TEST_CASE("06 program: forward, backward, the gradients written, its flags") {
   }
   fs::remove_all(dir);
 }
+
+TEST_CASE("06 program: the backward from O and LSE files (--o-in, --lse-in) equals the one that ran the forward") {
+  const fs::path dir = fs::temp_directory_path() / "fa_test_06_from_files";
+  fs::create_directories(dir);
+  auto p = [&](const char* f) { return (dir / f).string(); };
+  const std::string problem = "--batch 1 --heads 4 --kv-heads 2 --seq-q 70 --seq-k 50 --head-dim 24 --causal --seed 5 ";
+  // 1. forward and backward in one run, keeping O and LSE; 2. the backward alone from them.
+  const Ran a = run(problem + "--out " + p("o.npy") + " --lse " + p("lse.npy") + " --dq " + p("dq1.npy") + " --dk " +
+                    p("dk1.npy") + " --dv " + p("dv1.npy"), dir);
+  REQUIRE_MESSAGE(a.code == 0, a.err);
+  const Ran b = run(problem + "--o-in " + p("o.npy") + " --lse-in " + p("lse.npy") + " --dq " + p("dq2.npy") + " --dk " +
+                    p("dk2.npy") + " --dv " + p("dv2.npy"), dir);
+  INFO(b.out << b.err);
+  REQUIRE(b.code == 0);
+  CHECK(b.out.find("forward  : not run: O from") != std::string::npos);
+  auto bytes = [](const std::string& f) {
+    std::ifstream s(f, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(s)), std::istreambuf_iterator<char>());
+  };
+  for (const char* g : {"dq", "dk", "dv"})
+    CHECK(bytes(p((std::string(g) + "1.npy").c_str())) == bytes(p((std::string(g) + "2.npy").c_str())));
+  // What cannot be taken: a shape that is not O's or LSE's, one file without the other, an
+  // output of the forward that does not run.
+  const std::pair<std::string, const char*> bad[] = {
+      {"--o-in " + p("lse.npy") + " --lse-in " + p("lse.npy"), "--o-in"},
+      {"--o-in " + p("o.npy") + " --lse-in " + p("o.npy"), "--lse-in"},
+      {"--o-in " + p("o.npy"), "--lse-in"},
+      {"--o-in " + p("o.npy") + " --lse-in " + p("lse.npy") + " --out " + p("x.npy"), "--out"},
+  };
+  for (const auto& [args, flag] : bad) {
+    INFO(args);
+    const Ran e = run(problem + args, dir);
+    CHECK(e.code == 2);
+    CHECK(e.err.find(flag) != std::string::npos);
+    CHECK(std::count(e.err.begin(), e.err.end(), '\n') == 1);
+    CHECK(!fs::exists(dir / "x.npy"));
+  }
+  fs::remove_all(dir);
+}

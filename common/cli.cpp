@@ -45,6 +45,10 @@ void add_common_flags(CLI::App& app, CliFlags& f, bool backward, bool outputs) {
     app.add_option("--dq", f.dq, "write dQ as .npy");
     app.add_option("--dk", f.dk, "write dK as .npy");
     app.add_option("--dv", f.dv, "write dV as .npy");
+    auto* oi = app.add_option("--o-in", f.o_in, "take O from a .npy file ([B,H,N_q,d]) instead of running the forward (with --lse-in)");
+    auto* li = app.add_option("--lse-in", f.lse_in, "take LSE from a .npy file ([B,H,N_q], natural log, -inf for a row that sees no key)");
+    oi->needs(li);
+    li->needs(oi);
   }
   app.add_flag("--json", f.json, "print a JSON report instead of text");
   app.add_flag("--no-check", f.no_check, "skip the comparisons with stage 01 and float64");
@@ -83,7 +87,7 @@ void check_output_paths(const CliFlags& f) {
   const std::pair<const char*, const std::string*> outs[] = {
       {"--out", &f.out}, {"--lse", &f.lse}, {"--dq", &f.dq}, {"--dk", &f.dk}, {"--dv", &f.dv}};
   const std::pair<const char*, const std::string*> ins[] = {
-      {"--q", &f.q}, {"--k", &f.k}, {"--v", &f.v}, {"--do", &f.dO}};
+      {"--q", &f.q}, {"--k", &f.k}, {"--v", &f.v}, {"--do", &f.dO}, {"--o-in", &f.o_in}, {"--lse-in", &f.lse_in}};
   std::vector<std::pair<std::string, fs::path>> seen;  // (flag, canonical path) of inputs and outputs
   std::error_code ec;
   for (auto& [flag, path] : ins)
@@ -224,7 +228,19 @@ int stage_main(int argc, char** argv, const Stage& stage,
                             : "N_q x N_k matrices of stage 01, the baseline; --no-check skips it");
     if (bwd) add_grad_output(in, f.dO, f.seed);
 
-    ForwardRun fr = run_forward(st.forward, in);
+    // The backward from O and LSE alone: from files (e.g. another implementation's forward), or
+    // from the stage's own forward.
+    const bool given = !f.o_in.empty();
+    if (given && (!f.out.empty() || !f.lse.empty()))
+      throw InputError(f.out.empty() ? "--lse" : "--out", "no forward outputs with --o-in/--lse-in (the forward does not run)",
+                       "an output path");
+    ForwardRun fr;
+    if (given) {
+      fr.O = load_npy_as(f.o_in, "--o-in", in.Q.shape, /*allow_neg_inf=*/false);
+      fr.LSE = load_npy_as(f.lse_in, "--lse-in", {in.p.B, in.p.H, in.p.N_q}, /*allow_neg_inf=*/true);
+    } else {
+      fr = run_forward(st.forward, in);
+    }
     BackwardRun br;
     if (bwd) br = run_backward(stage.backward, in, fr);
 
@@ -241,9 +257,13 @@ int stage_main(int argc, char** argv, const Stage& stage,
     std::ostringstream txt;
     txt << stage.name << " — " << stage.idea << "\n"
         << "  input    : " << in.source << "\n"
-        << "  problem  : " << in.p.describe() << "\n"
-        << "  forward  : " << num(fr.ms) << " ms, extra memory " << human_bytes(fr.extra_bytes)
-        << " (" << fr.extra_bytes << " bytes)\n";
+        << "  problem  : " << in.p.describe() << "\n";
+    if (given)
+      txt << "  forward  : not run: O from " << f.o_in << ", LSE from " << f.lse_in << "\n";
+    else
+      txt << "  forward  : " << num(fr.ms) << " ms, extra memory " << human_bytes(fr.extra_bytes)
+          << " (" << fr.extra_bytes << " bytes)\n";
+    if (given) j["forward"]["from_files"] = {{"O", f.o_in}, {"LSE", f.lse_in}};
     if (bwd)
       txt << "  backward : " << num(br.ms) << " ms, extra memory " << human_bytes(br.extra_bytes)
           << " (" << br.extra_bytes << " bytes)\n";

@@ -26,6 +26,7 @@ struct CliFlags {
   std::string q, k, v;   // input files
   std::string out, lse;  // forward outputs
   std::string dO, dq, dk, dv;  // backward input / outputs
+  std::string o_in, lse_in;    // backward stages: O and LSE from files instead of the forward
   std::string dtype = "fp32";
   bool json = false;
   bool no_check = false;

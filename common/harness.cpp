@@ -87,6 +87,20 @@ void check_float32_range(const Inputs& in) {
     overflow_error("--v", "max |v| * N_k <= 1e37 (float32 output sums must not overflow)", vmax);
 }
 
+Tensor load_npy_as(const std::string& path, const std::string& arg, const std::vector<int64_t>& shape,
+                   bool allow_neg_inf) {
+  Tensor x = read_npy(path, arg);
+  std::vector<int64_t> s = x.shape;
+  while (s.size() < shape.size()) s.insert(s.begin(), 1);
+  if (s != shape) throw InputError(arg + " " + path, "shape " + shape_str(shape), shape_str(x.shape));
+  x.shape = shape;
+  for (int64_t i = 0; i < x.numel(); ++i)
+    if (!std::isfinite(x[i]) && !(allow_neg_inf && x[i] == -INFINITY))
+      throw InputError(arg + " " + path, allow_neg_inf ? "finite values or -inf" : "finite values",
+                       std::string(std::isnan(x[i]) ? "NaN" : "Inf") + " at flat index " + std::to_string(i));
+  return x;
+}
+
 Inputs load_inputs(const std::string& q, const std::string& k, const std::string& v, bool causal,
                    float scale) {
   Inputs in;

@@ -45,6 +45,12 @@ void add_grad_output(Inputs& in, const std::string& path, uint64_t seed);
 // Throws InputError(arg, "finite values", ...) if x holds a NaN or an infinity.
 void check_finite(const Tensor& x, const std::string& arg);
 
+// Reads a float32 .npy that must have `shape` (a file of lower rank is accepted when its shape is
+// `shape` without leading 1s, as for --q) and finite values (-inf too where allow_neg_inf: LSE of
+// a row that sees no key). Throws InputError naming `arg`.
+Tensor load_npy_as(const std::string& path, const std::string& arg, const std::vector<int64_t>& shape,
+                   bool allow_neg_inf);
+
 // max over visible (i, j) of |S_ij| = |scale * Q_i . K_j|, in double. With abs_terms, of
 // scale * sum_c |Q_ic K_jc| instead (the size of the terms a float32 dot product rounds).
 double max_logit(const Inputs& in, bool abs_terms = false);
