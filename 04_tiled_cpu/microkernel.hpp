@@ -142,7 +142,8 @@ inline float row_max(const float* s, int64_t n) {
   return m;
 }
 
-// exp(x) for x <= 0 (the only arguments the online softmax produces): x = n ln2 + r with
+// exp(x) for x <= 0 (the only arguments the online softmax produces; small positive x, from
+// rounding, are fine too, and x > 88.72 gives +inf): x = n ln2 + r with
 // |r| <= ln2 / 2, exp(r) by its Taylor series to r^7 (truncation error < 1e-8, below float
 // rounding), times 2^n built in the exponent bits. x < -87.3 (including -inf, a masked score)
 // gives exactly 0.
@@ -163,7 +164,9 @@ inline vf exp_neg(vf x) {
   e = e * r + 1.f;
   e = e * r + 1.f;
   const vf two_n = (vf)((ni + 127) << 23);
-  return x < lo ? splat(0.f) : e * two_n;
+  // Above ln(FLT_MAX) the exponent bits would wrap: +inf instead, so an argument the caller did
+  // not expect (a backward fed an LSE that is not its scores') shows as inf, never as garbage.
+  return x < lo ? splat(0.f) : x > splat(88.72f) ? splat(std::numeric_limits<float>::infinity()) : e * two_n;
 }
 
 // s[c] = exp(s[c] - m) in place; returns the sum of the new values (a fixed order: the result

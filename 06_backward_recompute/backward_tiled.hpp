@@ -28,8 +28,12 @@
 // that P^T and dS^T, which multiply dO_i and Q_i, come out of stage 04's micro-kernels row-major.
 //
 // Shapes (common/problem.hpp): Q, O, dO, dQ [B,H,N_q,d]; K, V, dK, dV [B,H_kv,N_k,d];
-// LSE [B,H,N_q] (natural log, -inf for a row that sees no key). Blocks: stage 04's (Br, Bc from
-// the SRAM budget M, FA1 Alg. 1 line 1; Algorithm 4 of its Appendix B uses the same sizes).
+// LSE [B,H,N_q] (natural log, -inf for a row that sees no key).
+//
+// Blocks: not stage 04's. FA1's rule (Bc = M/4d, Br = min(Bc, d)) sizes the forward's four tiles;
+// pass 1 keeps six Bc-row tiles and two Bc x Br ones, and one task per key block means a big Bc
+// leaves threads idle. Measured (README, bench_06_backward_recompute's BM_bwd_blocks): square
+// blocks of 64 rows for d <= 64 and 128 above are the fastest of the shapes tried.
 #pragma once
 #include <omp.h>
 
@@ -48,6 +52,13 @@ namespace bwd {
 
 using tiled::Blocks;
 
+// The backward's default block sizes (see the top of the file).
+inline Blocks default_blocks(int64_t d) {
+  Blocks b;
+  b.Br = b.Bc = d <= 64 ? 64 : 128;
+  return b;
+}
+
 // D_i = rowsum(dO_i * O_i) for every row (FA2 Alg. 2 line 4): [B,H,N_q], float32.
 inline void row_dots(const fa::AttnProblem& p, const float* O, const float* dO, float* D, int threads) {
 #pragma omp parallel for num_threads(threads) schedule(static)
@@ -65,7 +76,7 @@ void backward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, cons
               const T* LSE, T* dQ, T* dK, T* dV, const Blocks& blk) {
   static_assert(std::is_same_v<T, float>, "stage 06 uses stage 04's float32 micro-kernels");
   using namespace tiled::mk;
-  const Blocks def = tiled::default_blocks(p.d);
+  const Blocks def = default_blocks(p.d);
   const int64_t d = p.d, G = p.H / p.H_kv;
   const int64_t Br = std::min(blk.Br > 0 ? blk.Br : def.Br, p.N_q);
   const int64_t Bc = std::min(blk.Bc > 0 ? blk.Bc : def.Bc, p.N_k);
@@ -156,6 +167,9 @@ void backward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, cons
       }
   }
 
+  s1.clear();  // pass 1's buffers go before pass 2's come
+  s1.shrink_to_fit();
+
   // ---- pass 2: dQ_i, one task per (batch, head, query block) ---------------------------------
   struct Sram2 {
     std::vector<float> Qi, dOi, Kt, Vt, Kj, S, dS, dQi;
@@ -210,7 +224,7 @@ void backward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, cons
   }
 }
 
-// The stage's default: blocks from M = the L2 size (stage 04's), all OpenMP threads.
+// The stage's default: default_blocks(d), all OpenMP threads.
 template <class T>
 void backward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, const T* O, const T* dO,
               const T* LSE, T* dQ, T* dK, T* dV) {

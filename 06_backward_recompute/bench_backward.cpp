@@ -1,6 +1,7 @@
 // Stage 06 benchmark: the recomputing backward against stage 01's materialised backward, in one
 // process (so the ratio is fair), on the course's 2-core machines.
 //   BM_bwd_tiled/N/d/causal/threads   stage 06's backward (default blocks), 1 or 2 OpenMP threads
+//   BM_bwd_blocks/Br/Bc/d/causal      the block-size sweep (N = 4096, 2 threads) behind the defaults
 //   BM_bwd_naive/N                    stage 01's backward, single-threaded, d = 64, N <= 4096
 // Counters: GFLOP/s by FlashAttention's convention (backward = 2.5x the forward's 4 N_q N_k d,
 // halved for causal; stage 06 really does 7 block products to that convention's 5, see
@@ -52,6 +53,25 @@ void BM_bwd_tiled(benchmark::State& state) {
   state.counters["threads"] = double(blk.threads);
 }
 
+// The block-size sweep behind bwd::default_blocks: N = 4096, 2 threads. Args: Br, Bc, d, causal.
+void BM_bwd_blocks(benchmark::State& state) {
+  const fa::AttnProblem p = fa::bench_problem(4096, state.range(2), state.range(3) != 0);
+  tiled::Blocks blk;
+  blk.Br = state.range(0), blk.Bc = state.range(1), blk.threads = 2;
+  bench_backward(state, [&](const fa::AttnProblem& q, const float* Q, const float* K, const float* V, const float* O,
+                            const float* dO, const float* L, float* dQ, float* dK, float* dV) {
+    bwd::backward<float>(q, Q, K, V, O, dO, L, dQ, dK, dV, blk);
+  }, p);
+}
+
+void blocks_grid(benchmark::internal::Benchmark* b) {
+  for (int64_t d : {64, 128})
+    for (int64_t causal : {0, 1})
+      for (auto [br, bc] : {std::pair<int64_t, int64_t>{32, 128}, {64, 64}, {64, 128}, {64, 256}, {128, 64}, {128, 128}})
+        b->Args({br, bc, d, causal});
+  b->ArgNames({"Br", "Bc", "d", "causal"});
+}
+
 void BM_bwd_naive(benchmark::State& state) {
   bench_backward(state, naive::backward<float>, fa::bench_problem(state.range(0), 64, false));
   state.counters["threads"] = 1;
@@ -68,6 +88,7 @@ void grid(benchmark::internal::Benchmark* b) {
 }  // namespace
 
 BENCHMARK(BM_bwd_tiled)->Apply(grid)->MinTime(0.2)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_bwd_blocks)->Apply(blocks_grid)->MinTime(0.2)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_bwd_naive)->Arg(256)->Arg(1024)->Arg(4096)->ArgName("N")->MinTime(0.1)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();

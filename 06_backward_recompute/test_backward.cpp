@@ -41,7 +41,7 @@ fa::AttnProblem make(int64_t B, int64_t H, int64_t Hkv, int64_t Nq, int64_t Nk, 
 }  // namespace
 
 // The backward consumes its own forward's O and LSE (stage 04's tiled forward), as in training.
-TEST_CASE("06 backward: battery, default blocks (stage 04's, from M = L2)") {
+TEST_CASE("06 backward: battery, default blocks (bwd::default_blocks)") {
   fa::check_backward_battery(stage_06().backward, false, stage_06().forward);
 }
 
@@ -154,6 +154,12 @@ TEST_CASE("06 program: the backward from O and LSE files (--o-in, --lse-in) equa
     CHECK(bytes(p((std::string(g) + "1.npy").c_str())) == bytes(p((std::string(g) + "2.npy").c_str())));
   // What cannot be taken: a shape that is not O's or LSE's, one file without the other, an
   // output of the forward that does not run.
+  // Another problem's LSE: the causal one (rows 0..19 see no key) for the same problem without the
+  // mask is refused by the -inf rows even with --no-check; O and LSE of another seed by the check
+  // against float64.
+  const std::string other = "--batch 1 --heads 4 --kv-heads 2 --seq-q 70 --seq-k 50 --head-dim 24 --causal --seed 6 ";
+  REQUIRE(run(other + "--out " + p("o6.npy") + " --lse " + p("lse6.npy"), dir).code == 0);
+  const std::string no_mask = "--batch 1 --heads 4 --kv-heads 2 --seq-q 70 --seq-k 50 --head-dim 24 --seed 5 ";
   const std::pair<std::string, const char*> bad[] = {
       {"--o-in " + p("lse.npy") + " --lse-in " + p("lse.npy"), "--o-in"},
       {"--o-in " + p("o.npy") + " --lse-in " + p("o.npy"), "--lse-in"},
@@ -163,6 +169,19 @@ TEST_CASE("06 program: the backward from O and LSE files (--o-in, --lse-in) equa
   for (const auto& [args, flag] : bad) {
     INFO(args);
     const Ran e = run(problem + args, dir);
+    CHECK(e.code == 2);
+    CHECK(e.err.find(flag) != std::string::npos);
+    CHECK(std::count(e.err.begin(), e.err.end(), '\n') == 1);
+    CHECK(!fs::exists(dir / "x.npy"));
+  }
+  const std::pair<std::string, const char*> wrong[] = {
+      {no_mask + "--no-check --o-in " + p("o.npy") + " --lse-in " + p("lse.npy") + " --dq " + p("x.npy"), "--lse-in"},
+      {problem + "--o-in " + p("o6.npy") + " --lse-in " + p("lse6.npy") + " --dq " + p("x.npy"), "--lse-in"},
+      {problem + "--o-in " + p("o6.npy") + " --lse-in " + p("lse.npy") + " --dq " + p("x.npy"), "--o-in"},
+  };
+  for (const auto& [args, flag] : wrong) {
+    INFO(args);
+    const Ran e = run(args, dir);
     CHECK(e.code == 2);
     CHECK(e.err.find(flag) != std::string::npos);
     CHECK(std::count(e.err.begin(), e.err.end(), '\n') == 1);

@@ -200,6 +200,38 @@ std::string num(double x) {
 
 }  // namespace
 
+namespace {
+
+// O and LSE from files must be this problem's: a row's LSE is -inf exactly when the row sees no
+// key (checked always, O(N)); with the float64 reference at hand, LSE within 1e-2 max(1, |LSE|)
+// and O within 5e-2 max(1, max|O|) of it (loose enough for a 16-bit forward, tight enough to
+// catch another mask, scale or input). Throws InputError naming the flag.
+void check_given_forward(const AttnProblem& p, const ForwardRun& fr, const Baselines* base, const CliFlags& f) {
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t h = 0; h < p.H; ++h)
+      for (int64_t i = 0; i < p.N_q; ++i) {
+        const bool none = p.keys_seen(i) == 0, inf = fr.LSE[p.lse_offset(b, h, i)] == -INFINITY;
+        if (none != inf)
+          throw InputError("--lse-in " + f.lse_in,
+                           std::string("-inf exactly for the rows that see no key (") + (p.causal ? "causal" : "not causal") + ")",
+                           "row " + std::to_string(i) + " of (b " + std::to_string(b) + ", h " + std::to_string(h) +
+                               (inf ? ") is -inf" : ") is finite"));
+      }
+  if (!base) return;
+  const ErrorStats eL = compare(fr.LSE.ptr(), base->LSE64().ptr(), fr.LSE.numel());
+  const ErrorStats eO = compare(fr.O.ptr(), base->O64().ptr(), fr.O.numel());
+  const double tolL = 1e-2 * std::max(1.0, max_abs_finite(base->LSE64().ptr(), base->LSE64().numel()));
+  const double tolO = 5e-2 * std::max(1.0, max_abs_finite(base->O64().ptr(), base->O64().numel()));
+  if (eL.max_abs > tolL)
+    throw InputError("--lse-in " + f.lse_in, "this problem's log-sum-exp (within " + num(tolL) + " of float64)",
+                     "an error of " + num(eL.max_abs) + " at flat index " + std::to_string(eL.worst));
+  if (eO.max_abs > tolO)
+    throw InputError("--o-in " + f.o_in, "this problem's attention output (within " + num(tolO) + " of float64)",
+                     "an error of " + num(eO.max_abs) + " at flat index " + std::to_string(eO.worst));
+}
+
+}  // namespace
+
 int stage_main(int argc, char** argv, const Stage& stage,
                const std::function<void(CLI::App&)>& extra_flags,
                const std::function<void(const Inputs&, nlohmann::json&, std::ostream&)>& extra_report) {
@@ -234,23 +266,36 @@ int stage_main(int argc, char** argv, const Stage& stage,
     if (given && (!f.out.empty() || !f.lse.empty()))
       throw InputError(f.out.empty() ? "--lse" : "--out", "no forward outputs with --o-in/--lse-in (the forward does not run)",
                        "an output path");
+    // The baselines (stage 01 and float64) first: with O and LSE from files they also check them.
+    std::optional<Baselines> base;
+    if (!f.no_check) base.emplace(in, bwd);
     ForwardRun fr;
     if (given) {
       fr.O = load_npy_as(f.o_in, "--o-in", in.Q.shape, /*allow_neg_inf=*/false);
       fr.LSE = load_npy_as(f.lse_in, "--lse-in", {in.p.B, in.p.H, in.p.N_q}, /*allow_neg_inf=*/true);
+      check_given_forward(in.p, fr, base ? &*base : nullptr, f);
     } else {
       fr = run_forward(st.forward, in);
     }
     BackwardRun br;
     if (bwd) br = run_backward(stage.backward, in, fr);
+    // From files that passed the checks above a backward can still meet an LSE that is not its
+    // scores' (with --no-check only the -inf rows are checked): refuse non-finite gradients
+    // rather than write them.
+    if (given && bwd)
+      for (const auto& [x, name] : {std::pair<const Tensor*, const char*>{&br.dQ, "dQ"}, {&br.dK, "dK"}, {&br.dV, "dV"}})
+        if (count_nonfinite(x->ptr(), x->numel()) > 0)
+          throw InputError("--lse-in " + f.lse_in, "the log-sum-exp of the problem's scores",
+                           std::string("an LSE that makes ") + name + " non-finite");
 
     nlohmann::json j;
     j["stage"] = stage.name;
     j["idea"] = stage.idea;
     j["input"] = in.source;
     j["problem"] = problem_json(in.p);
-    j["forward"] = {{"ms", fr.ms}, {"extra_bytes", fr.extra_bytes},
-                    {"gflops", in.p.forward_flops() / (fr.ms * 1e6)}};
+    if (!given)
+      j["forward"] = {{"ms", fr.ms}, {"extra_bytes", fr.extra_bytes},
+                      {"gflops", in.p.forward_flops() / (fr.ms * 1e6)}};
     if (bwd) j["backward"] = {{"ms", br.ms}, {"extra_bytes", br.extra_bytes},
                               {"gflops", in.p.backward_flops() / (br.ms * 1e6)}};
 
@@ -278,21 +323,20 @@ int stage_main(int argc, char** argv, const Stage& stage,
           << fr.gpu_extra_bytes << " bytes); dtype " << f.dtype << "\n";
     }
 
-    if (!f.no_check) {
-      Baselines base(in, bwd);
-      const ForwardErrors e = base.compare(fr);
+    if (base) {
+      const ForwardErrors e = base->compare(fr);
       j["forward"]["errors"] = {{"O_vs_01", err_json(e.O_vs_01)},
                                 {"LSE_vs_01", err_json(e.LSE_vs_01)},
                                 {"O_vs_f64", err_json(e.O_vs_f64)},
                                 {"LSE_vs_f64", err_json(e.LSE_vs_f64)}};
-      j["max_abs_logit"] = base.max_abs_logit();
-      txt << "  max |S|  : " << num(base.max_abs_logit()) << " (largest logit magnitude)\n"
+      j["max_abs_logit"] = base->max_abs_logit();
+      txt << "  max |S|  : " << num(base->max_abs_logit()) << " (largest logit magnitude)\n"
           << "  O   vs stage 01: max abs " << num(e.O_vs_01.max_abs) << "   vs float64: max abs "
           << num(e.O_vs_f64.max_abs) << ", rel Frobenius " << num(e.O_vs_f64.rel_fro) << "\n"
           << "  LSE vs stage 01: max abs " << num(e.LSE_vs_01.max_abs) << "   vs float64: max abs "
           << num(e.LSE_vs_f64.max_abs) << "\n";
       if (bwd) {
-        const BackwardErrors b = base.compare(br);
+        const BackwardErrors b = base->compare(br);
         j["backward"]["errors"] = {
             {"dQ_vs_01", err_json(b.dQ_vs_01)},   {"dK_vs_01", err_json(b.dK_vs_01)},
             {"dV_vs_01", err_json(b.dV_vs_01)},   {"dQ_vs_f64", err_json(b.dQ_vs_f64)},

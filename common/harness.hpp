@@ -105,6 +105,8 @@ class Baselines {
   ForwardErrors compare(const ForwardRun& r) const;
   BackwardErrors compare(const BackwardRun& r) const;
   double max_abs_logit() const { return max_abs_logit_; }  // max |S_ij| over visible entries
+  const TensorD& O64() const { return O64_; }    // the float64 reference's O and LSE
+  const TensorD& LSE64() const { return LSE64_; }
 
  private:
   ForwardRun naive_;
