@@ -12,12 +12,13 @@
 // No N x N matrix is stored: the extra memory is the block buffers and D (one float per row).
 //
 // Loop order and determinism. FA2's Algorithm 2 puts the key/value blocks outside (line 5), so
-// dK_j and dV_j stay on chip for a whole pass over the queries and are written once; but dQ_i then
-// receives a contribution from every key block, which FA2 adds to HBM with atomics (line 21):
-// the order of those additions, and so the rounding, changes with the schedule. Here the work is
+// dK_j and dV_j stay on chip for a whole pass over the queries and are written once (line 18);
+// but dQ_i then receives a contribution from every key block (line 15), which FA2's GPU kernel
+// adds to HBM with atomic additions (Sec. 3.2): the order of those additions, and so the
+// rounding, changes with the schedule. Here the work is
 // split in two passes so that every output element is written by one task, in a fixed order:
-//   pass 1  parallel over (batch, kv head, key block j): dK_j, dV_j, FA2's loop order (lines 5-20,
-//           less dQ). GQA: the query heads that share kv head are looped over inside the task,
+//   pass 1  parallel over (batch, kv head, key block j): dK_j, dV_j, FA2's loop order (lines 5-19,
+//           less line 15). GQA: the query heads that share kv head are looped over inside the task,
 //           so their dK, dV contributions add in a fixed order too.
 //   pass 2  parallel over (batch, head, query block i): dQ_i, stage 04's loop order (S and dP
 //           recomputed a second time).
@@ -31,9 +32,10 @@
 // LSE [B,H,N_q] (natural log, -inf for a row that sees no key).
 //
 // Blocks: not stage 04's. FA1's rule (Bc = M/4d, Br = min(Bc, d)) sizes the forward's four tiles;
-// pass 1 keeps six Bc-row tiles and two Bc x Br ones, and one task per key block means a big Bc
-// leaves threads idle. Measured (README, bench_06_backward_recompute's BM_bwd_blocks): square
-// blocks of 64 rows for d <= 64 and 128 above are the fastest of the shapes tried.
+// pass 1 keeps six tiles of Bc rows (K_j, V_j, dK_j, dV_j: Bc x d; S^T, dS^T: Bc x Br), and one
+// task per key block means a big Bc leaves threads idle. Measured (README, BM_bwd_blocks of
+// bench_06_backward_recompute): square blocks of 64 rows for d <= 64 and 128 above are within
+// the run-to-run spread of the fastest shape tried.
 #pragma once
 #include <omp.h>
 
@@ -157,7 +159,7 @@ void backward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, cons
         // dK_j += dS_ij^T Q_i (line 16; the factor scale is applied once, at the write).
         gemm_pv(dSt.data(), Brp, bc, br, Qi.data(), dp, dp, dKj.data(), dp);
       }
-    // Write dK_j, dV_j to HBM, once (line 19).
+    // Write dK_j, dV_j to HBM, once (line 18).
     T* dk = dK + p.kv_offset(b, hk * G, c0);
     T* dv = dV + p.kv_offset(b, hk * G, c0);
     for (int64_t c = 0; c < bc; ++c)

@@ -9,6 +9,7 @@ Usage: python3 tools/bench_tables.py [README.md ...]   (default: every README.md
 Standard library only.
 """
 import json
+import os
 import pathlib
 import re
 import sys
@@ -24,7 +25,7 @@ def fmt_bytes(n):
     return f"{int(n)} B"
 
 
-def table(src):
+def table(src, link):
     data = json.loads((ROOT / src).read_text())
     ctx = data["context"]
     rows = ["| benchmark | time (ms) | GFLOP/s | extra memory |", "|---|---:|---:|---:|"]
@@ -37,7 +38,7 @@ def table(src):
     cpu = f"{ctx.get('num_cpus')} CPUs at {ctx.get('mhz_per_cpu')} MHz"
     rows.append("")
     rows.append(f"Measured {ctx['date']} on {ctx['host_name']} ({cpu}), `{ctx['executable']}`; "
-                f"source: [{src}](/{src}).")
+                f"source: [{src}]({link}).")
     return "\n".join(rows) + "\n"
 
 
@@ -46,7 +47,11 @@ def main(paths):
         paths = [p for p in ROOT.rglob("README.md") if "build" not in p.parts]
     for p in map(pathlib.Path, paths):
         text = p.read_text()
-        new = BLOCK.sub(lambda m: m.group(1) + table(m.group("src")) + m.group(4), text)
+        def render(m):  # a link relative to the README, so it works in any viewer
+            link = os.path.relpath(ROOT / m.group("src"), p.resolve().parent)
+            return m.group(1) + table(m.group("src"), link) + m.group(4)
+
+        new = BLOCK.sub(render, text)
         if new != text:
             p.write_text(new)
             print(f"updated {p}")
