@@ -167,20 +167,12 @@ void BM_stage(benchmark::State& state) {
   add_pct_peak(state, p, 1);
 }
 
-void grid(benchmark::internal::Benchmark* b) {
-  for (int64_t N : {256, 1024, 4096, 16384})
-    for (int64_t d : {64, 128})
-      for (int64_t causal : {0, 1})
-        for (int64_t t : {1, 2}) b->Args({N, d, causal, t});
-  b->ArgNames({"N", "d", "causal", "threads"});
-}
-
 }  // namespace
 
 BENCHMARK(BM_fma_peak)->Arg(1)->Arg(2)->ArgName("threads")->Iterations(3)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_tiled)->Apply(grid)->MinTime(0.2)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_tiled)->Apply(fa::cpu_grid)->MinTime(0.2)->UseRealTime()->Unit(benchmark::kMillisecond);
 #ifdef FA_HAVE_OPENBLAS
-BENCHMARK(BM_blas)->Apply(grid)->MinTime(0.2)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_blas)->Apply(fa::cpu_grid)->MinTime(0.2)->UseRealTime()->Unit(benchmark::kMillisecond);
 #endif
 BENCHMARK(BM_stage<naive::forward<float>>)->Name("BM_stage01")->Arg(256)->Arg(1024)->Arg(4096)
     ->ArgName("N")->MinTime(0.1)->UseRealTime()->Unit(benchmark::kMillisecond);

@@ -18,20 +18,7 @@ thread_local std::string g_error;
 
 // The message, as one line of at most 300 characters (a caller's string may hold anything).
 int fail(int status, const std::string& msg) {
-  g_error.clear();
-  for (unsigned char c : msg) {
-    if (g_error.size() >= 300) {
-      g_error += "...";
-      break;
-    }
-    if (c >= 0x20 && c != 0x7f) {
-      g_error += char(c);
-    } else {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      g_error += buf;
-    }
-  }
+  g_error = fa::one_line(msg, 300);
   return status;
 }
 

@@ -77,17 +77,9 @@ void BM_bwd_naive(benchmark::State& state) {
   state.counters["threads"] = 1;
 }
 
-void grid(benchmark::internal::Benchmark* b) {
-  for (int64_t N : {256, 1024, 4096, 16384})
-    for (int64_t d : {64, 128})
-      for (int64_t causal : {0, 1})
-        for (int64_t t : {1, 2}) b->Args({N, d, causal, t});
-  b->ArgNames({"N", "d", "causal", "threads"});
-}
-
 }  // namespace
 
-BENCHMARK(BM_bwd_tiled)->Apply(grid)->MinTime(0.2)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_bwd_tiled)->Apply(fa::cpu_grid)->MinTime(0.2)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_bwd_blocks)->Apply(blocks_grid)->MinTime(0.2)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_bwd_naive)->Arg(256)->Arg(1024)->Arg(4096)->ArgName("N")->MinTime(0.1)->UseRealTime()->Unit(benchmark::kMillisecond);
 

@@ -31,6 +31,16 @@ inline void bench_forward(benchmark::State& state, const ForwardFn& f, const Att
   state.counters["d"] = double(p.d);
 }
 
+// The grid the CPU stages' benchmarks share (04 forward, 06 backward): Args {N, d, causal,
+// threads} with N in {256, 1024, 4096, 16384}, d in {64, 128}, causal and not, 1 and 2 threads.
+inline void cpu_grid(benchmark::internal::Benchmark* b) {
+  for (int64_t N : {256, 1024, 4096, 16384})
+    for (int64_t d : {64, 128})
+      for (int64_t causal : {0, 1})
+        for (int64_t t : {1, 2}) b->Args({N, d, causal, t});
+  b->ArgNames({"N", "d", "causal", "threads"});
+}
+
 inline AttnProblem bench_problem(int64_t N, int64_t d, bool causal = false) {
   AttnProblem p;
   p.B = 1, p.H = 1, p.H_kv = 1, p.N_q = N, p.N_k = N, p.d = d, p.causal = causal;

@@ -112,23 +112,6 @@ void check_output_paths(const CliFlags& f) {
   }
 }
 
-namespace {
-// One line, always: control characters (a newline in a file name...) are shown escaped.
-std::string one_line(const std::string& s) {
-  std::string r;
-  for (unsigned char c : s) {
-    if (c >= 0x20 && c != 0x7f) {
-      r += char(c);
-    } else {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      r += buf;
-    }
-  }
-  return r;
-}
-}  // namespace
-
 int run_program(CLI::App& app, int argc, char** argv, const std::function<int()>& body) {
   const std::string name = app.get_name();
   try {
@@ -197,10 +180,6 @@ std::string num(double x) {
   std::snprintf(buf, sizeof buf, "%.3g", x);
   return buf;
 }
-
-}  // namespace
-
-namespace {
 
 // O and LSE from files must be this problem's: a row's LSE is -inf exactly when the row sees no
 // key (checked always, O(N)); with the float64 reference at hand, LSE within 1e-2 max(1, |LSE|)

@@ -42,19 +42,22 @@ def table(src, link):
     return "\n".join(rows) + "\n"
 
 
-def main(paths):
+def rewrite_readmes(paths, block, render):
+    """Replace every `block` match in the READMEs (default: all outside build folders) with
+    render(match, link), link being the match's `src` relative to that README (so it works in any
+    viewer). Shared with tools/gpu_tables.py."""
     if not paths:
-        paths = [p for p in ROOT.rglob("README.md") if "build" not in p.parts]
+        paths = [p for p in ROOT.rglob("README.md") if not any(s.startswith("build") for s in p.parts)]
     for p in map(pathlib.Path, paths):
         text = p.read_text()
-        def render(m):  # a link relative to the README, so it works in any viewer
-            link = os.path.relpath(ROOT / m.group("src"), p.resolve().parent)
-            return m.group(1) + table(m.group("src"), link) + m.group(4)
-
-        new = BLOCK.sub(render, text)
+        new = block.sub(lambda m: render(m, os.path.relpath(ROOT / m.group("src"), p.resolve().parent)), text)
         if new != text:
             p.write_text(new)
             print(f"updated {p}")
+
+
+def main(paths):
+    rewrite_readmes(paths, BLOCK, lambda m, link: m.group(1) + table(m.group("src"), link) + m.group(4))
 
 
 if __name__ == "__main__":

@@ -17,10 +17,11 @@ Usage: python3 tools/gpu_tables.py [README.md ...]   (default: every README.md i
 Standard library only.
 """
 import json
-import os
 import pathlib
 import re
 import sys
+
+from bench_tables import rewrite_readmes  # the README walk, shared (same folder)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BLOCK = re.compile(r"(<!-- gpu:(?P<kind>\w+):(?P<src>[^ :]+)(?::(?P<arg>[^ ]+))? -->\n)(?P<body>.*?)(<!-- /gpu -->)", re.S)
@@ -135,18 +136,8 @@ KINDS = {"compare": compare_table, "bench": bench_table, "sram": sram_table}
 
 
 def main(paths):
-    if not paths:
-        paths = [p for p in ROOT.rglob("README.md") if not any(s.startswith("build") for s in p.parts)]
-    for p in map(pathlib.Path, paths):
-        text = p.read_text()
-        def render(m):
-            link = os.path.relpath(ROOT / m.group("src"), p.resolve().parent)
-            return m.group(1) + KINDS[m.group("kind")](m.group("src"), m.group("arg"), link) + m.group(6)
-
-        new = BLOCK.sub(render, text)
-        if new != text:
-            p.write_text(new)
-            print(f"updated {p}")
+    rewrite_readmes(paths, BLOCK,
+                    lambda m, link: m.group(1) + KINDS[m.group("kind")](m.group("src"), m.group("arg"), link) + m.group(6))
 
 
 if __name__ == "__main__":
