@@ -9,6 +9,7 @@
 #include <cmath>
 #include <map>
 #include <string>
+#include <tuple>
 #include <type_traits>
 
 #include "check.hpp"
@@ -16,6 +17,9 @@
 #include "kernels/baseline_cublas.cuh"
 #include "kernels/v1_smem_fp32.cuh"
 #include "kernels/v2_fa2_mma.cuh"
+#include "kernels/v3_cp_async.cuh"
+#include "kernels/v4_exp2.cuh"
+#include "kernels/v5_shape.cuh"
 #include "runner.hpp"
 
 namespace fa05 {
@@ -27,6 +31,15 @@ const std::vector<KernelInfo>& kernels() {
        false, 256},
       {"v2", "kernels/v2_fa2_mma.cuh",
        "FA2 work split on tensor cores: 4 warps x 16 rows, mma.sync + ldmatrix, S/P/O in registers",
+       true, 256},
+      {"v3", "kernels/v3_cp_async.cuh",
+       "v2 + K/V loads overlapped with the math: cp.async into two buffers, one block ahead",
+       true, 256},
+      {"v4", "kernels/v4_exp2.cuh",
+       "v3 + fewer instructions per score: exp2 with the scale folded in (FFMA + EX2), int masks",
+       true, 256},
+      {"v5", "kernels/v5_shape.cuh",
+       "v4 + the block shape per d chosen by measurement, causal's heaviest query blocks first",
        true, 256},
       {"cublas", "kernels/baseline_cublas.cuh",
        "materialised baseline: cuBLAS S = QK^T, softmax kernel, cuBLAS O = PV; S, P in HBM",
@@ -152,14 +165,24 @@ void set_smem(Kernel* kernel_fn, int64_t bytes) {
   FA_CUDA_CHECK(cudaFuncSetAttribute(kernel_fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
 }
 
-void v2_forward(const fa::AttnProblem& p, fa::DType dtype, const void* Q, const void* K, const void* V,
-                void* O, float* LSE, const Plan& pl, cudaStream_t stream) {
+// The shapes v5 is compiled for (warps, Bc); Br = 16 warps. The sweep (bench BM_v5_shape) runs
+// them all; v5_default_shape() holds its winners.
+template <int W, int C>
+struct Shape {
+  static constexpr int warps = W, Bc = C;
+};
+using V5Shapes = std::tuple<Shape<4, 32>, Shape<4, 64>, Shape<4, 128>, Shape<8, 32>, Shape<8, 64>, Shape<8, 128>>;
+
+// Launches a tensor-core kernel (v2 ... v5) for the dtype and head dim of the problem:
+// make(T, D) returns the kernel function for T = __half/__nv_bfloat16, D = 64/128.
+template <class Make>
+void tc_launch(const fa::AttnProblem& p, fa::DType dtype, const void* Q, const void* K, const void* V,
+               void* O, float* LSE, const Plan& pl, cudaStream_t stream, Make make) {
   auto launch = [&](auto tag, auto d_tag) {
     using T = decltype(tag);
-    constexpr int D = decltype(d_tag)::value;
-    auto* kernel_fn = v2::forward_kernel<T, D>;
+    auto* kernel_fn = make(tag, d_tag);
     set_smem(kernel_fn, pl.smem_bytes);
-    kernel_fn<<<unsigned(pl.blocks), v2::kThreads, size_t(pl.smem_bytes), stream>>>(
+    kernel_fn<<<unsigned(pl.blocks), unsigned(pl.threads), size_t(pl.smem_bytes), stream>>>(
         static_cast<const T*>(Q), static_cast<const T*>(K), static_cast<const T*>(V), static_cast<T*>(O),
         LSE, p, p.resolved_scale(), ceil_div(p.N_q, pl.Br));
     FA_CUDA_CHECK(cudaGetLastError());
@@ -170,7 +193,46 @@ void v2_forward(const fa::AttnProblem& p, fa::DType dtype, const void* Q, const 
   else p.d == 64 ? launch(__nv_bfloat16{}, D64{}) : launch(__nv_bfloat16{}, D128{});
 }
 
+// v5 compiled for shape S, if S is the plan's shape.
+template <class S, class Go>
+bool v5_if_shape(const Plan& pl, Go go) {
+  if (pl.threads != 32 * S::warps || pl.Bc != S::Bc) return false;
+  go([](auto t, auto d) { return v5::forward_kernel<decltype(t), decltype(d)::value, S::warps, S::Bc>; });
+  return true;
+}
+template <class Go, class... S>
+bool v5_dispatch(const Plan& pl, Go go, std::tuple<S...>*) {
+  return (v5_if_shape<S>(pl, go) || ...);
+}
+
+void tc_forward(const fa::AttnProblem& p, fa::DType dtype, const void* Q, const void* K, const void* V,
+                void* O, float* LSE, const Plan& pl, cudaStream_t stream) {
+  const auto go = [&](auto make) { tc_launch(p, dtype, Q, K, V, O, LSE, pl, stream, make); };
+  if (pl.runs == "v2")
+    go([](auto t, auto d) { return v2::forward_kernel<decltype(t), decltype(d)::value>; });
+  else if (pl.runs == "v3")
+    go([](auto t, auto d) { return v3::forward_kernel<decltype(t), decltype(d)::value>; });
+  else if (pl.runs == "v4")
+    go([](auto t, auto d) { return v4::forward_kernel<decltype(t), decltype(d)::value>; });
+  else if (!v5_dispatch(pl, go, static_cast<V5Shapes*>(nullptr)))  // plan() checked the shape
+    throw Unsupported("--block-q/--block-k", "a compiled v5 shape", std::to_string(pl.Br) + "x" + std::to_string(pl.Bc));
+}
+
 }  // namespace
+
+std::vector<BlockShape> v5_shapes() {
+  std::vector<BlockShape> list;
+  std::apply([&](auto... shape) { (list.push_back({16 * decltype(shape)::warps, decltype(shape)::Bc}), ...); },
+             V5Shapes{});
+  return list;
+}
+
+BlockShape v5_default_shape(int64_t /*d*/) {
+  // Chosen by the sweep (bench BM_v5_shape; docs/results/bench_05_cuda_tiled.json, README): on the
+  // H200, 128 x 128 was the fastest shape, or within 2 % of it, at d = 64 and 128, N = 1024 and
+  // 8192, causal or not. The parameter stays: another GPU or head dim may want another shape.
+  return {128, 128};
+}
 
 Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const Config& cfg) {
   const KernelInfo& info = kernel_info(kernel);
@@ -180,20 +242,41 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
                       std::to_string(p.d));
   Plan pl;
   pl.runs = kernel;
-  if (kernel == "v2" && (dtype == fa::DType::fp32 || (p.d != 64 && p.d != 128))) {
+  const bool tensor_cores = kernel == "v2" || kernel == "v3" || kernel == "v4" || kernel == "v5";
+  if (tensor_cores && (dtype == fa::DType::fp32 || (p.d != 64 && p.d != 128))) {
     pl.runs = "v1";
     pl.note = kernel + " runs fp16/bf16 at d = 64 or 128 (tensor cores); ran v1 for " +
               fa::dtype_name(dtype) + " at d = " + std::to_string(p.d);
   }
-  // v1's knobs mean nothing to the other kernels: refuse them rather than ignore them.
-  if (pl.runs != "v1" && (cfg.sram_bytes > 0 || cfg.Br > 0 || cfg.Bc > 0))
-    throw Unsupported("--sram-bytes/--block-q/--block-k", "only with a kernel that runs v1",
+  // The knobs mean nothing to the other kernels: refuse them rather than ignore them. v1 takes
+  // all three; v5 takes a block shape it is compiled for (--block-q, --block-k).
+  if (pl.runs != "v1" && (cfg.sram_bytes > 0 || ((cfg.Br > 0 || cfg.Bc > 0) && pl.runs != "v5")))
+    throw Unsupported(pl.runs == "v5" ? "--sram-bytes" : "--sram-bytes/--block-q/--block-k",
+                      pl.runs == "v5" ? "only with v1 (v5 takes --block-q/--block-k)" : "only with v1 or v5",
                       "kernel " + kernel + ", which runs " + pl.runs + " here");
-  if (pl.runs == "v2") {
-    pl.Br = v2::Br, pl.Bc = v2::Bc;
-    pl.threads = v2::kThreads;
+  if (pl.runs == "v2" || pl.runs == "v3" || pl.runs == "v4") {
+    pl.Br = 64, pl.Bc = 64;  // v2::Br, v2::Bc; v3 and v4 keep them
+    pl.threads = 128;
+    const int D = int(p.d);
+    pl.smem_bytes = pl.runs == "v2" ? (D == 64 ? v2::smem_bytes<64>() : v2::smem_bytes<128>())
+                                    : (D == 64 ? v3::smem_bytes<64>() : v3::smem_bytes<128>());
     pl.blocks = p.B * p.H * ceil_div(p.N_q, pl.Br);
-    pl.smem_bytes = p.d == 64 ? v2::smem_bytes<64>() : v2::smem_bytes<128>();
+  } else if (pl.runs == "v5") {
+    const BlockShape def = v5_default_shape(p.d);
+    pl.Br = cfg.Br > 0 ? cfg.Br : def.Br;
+    pl.Bc = cfg.Bc > 0 ? cfg.Bc : def.Bc;
+    bool compiled = false;
+    std::string list;
+    for (const BlockShape& sh : v5_shapes()) {
+      compiled = compiled || (sh.Br == pl.Br && sh.Bc == pl.Bc);
+      list += (list.empty() ? "" : ", ") + std::to_string(sh.Br) + "x" + std::to_string(sh.Bc);
+    }
+    if (!compiled)
+      throw Unsupported("--block-q/--block-k", "a v5 shape Br x Bc among " + list,
+                        std::to_string(pl.Br) + "x" + std::to_string(pl.Bc));
+    pl.threads = 2 * pl.Br;  // a warp (32 threads) per 16 query rows
+    pl.smem_bytes = v5::smem_bytes(int(p.d), int(pl.Br / 16), int(pl.Bc));
+    pl.blocks = p.B * p.H * ceil_div(p.N_q, pl.Br);
   } else if (pl.runs == "v1") {
     v1_blocks(p, cfg, pl.Br, pl.Bc);
     pl.threads = v1::kThreads;
@@ -229,10 +312,11 @@ void check_alignment(const Plan& pl, fa::DType dtype, const void* Q, const void*
       throw fa::InputError("Q/K/V/O", "pointers aligned to the " + std::to_string(fa::dtype_bytes(dtype)) +
                                           "-byte element size", "a misaligned pointer");
   if (!aligned(LSE, 4)) throw fa::InputError("LSE", "a 4-byte aligned pointer", "a misaligned pointer");
-  if (pl.runs == "v2")
+  if (pl.runs != "v1" && pl.runs != "cublas")
     for (const void* ptr : {Q, K, V, O})
       if (!aligned(ptr, 16))
-        throw Unsupported("Q/K/V/O", "16-byte aligned pointers for v2's 16-byte loads", "a misaligned pointer");
+        throw Unsupported("Q/K/V/O", "16-byte aligned pointers for " + pl.runs + "'s 16-byte loads",
+                          "a misaligned pointer");
 }
 
 void forward(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const void* Q,
@@ -240,8 +324,8 @@ void forward(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtyp
              cudaStream_t stream) {
   const Plan pl = plan(kernel, p, dtype, cfg);
   check_alignment(pl, dtype, Q, K, V, O, LSE);
-  if (pl.runs == "v2") {
-    v2_forward(p, dtype, Q, K, V, O, LSE, pl, stream);
+  if (pl.runs != "v1" && pl.runs != "cublas") {
+    tc_forward(p, dtype, Q, K, V, O, LSE, pl, stream);
     return;
   }
   if (pl.runs == "cublas") {

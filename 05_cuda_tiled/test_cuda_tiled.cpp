@@ -55,21 +55,55 @@ TEST_CASE("05 v2 (tensor cores): conformance battery in fp16 and bf16 (and fp32 
   }
 }
 
-// The battery's ragged pairs and masks are mostly at d = 32 (where v2 runs v1): the same at the
-// head dims v2 runs itself, with N around its 64-row blocks.
-TEST_CASE("05 v2: ragged N, N_q != N_k, causal, GQA at d = 64 and 128, fp16 and bf16") {
-  const int64_t sizes[][2] = {{1, 1},     {1, 200},   {17, 17},  {63, 63},   {64, 64},   {65, 65},
-                              {127, 129}, {129, 127}, {200, 63}, {63, 200},  {1000, 1000}, {300, 1000},
-                              {1000, 300}};
+TEST_CASE("05 v3, v4, v5: conformance battery in fp16 and bf16") {
+  for (const char* k : {"v3", "v4", "v5"})
+    for (fa::DType t : {fa::DType::fp16, fa::DType::bf16}) {
+      INFO(k << " dtype " << std::string(fa::dtype_name(t)));
+      fa::check_forward_battery(stage_05_forward(k, t), false, storage(k, t));
+    }
+}
+
+// The battery's ragged pairs and masks are mostly at d = 32 (where the tensor-core versions run
+// v1): the same at the head dims they run themselves, with N around their 64- and 128-row blocks.
+const int64_t kRaggedSizes[][2] = {{1, 1},       {1, 200},   {17, 17},    {63, 63},  {64, 64},
+                                   {65, 65},     {127, 129}, {129, 127},  {200, 63}, {63, 200},
+                                   {1000, 1000}, {300, 1000}, {1000, 300}};
+
+void check_ragged(const char* k) {
   for (int64_t d : {64, 128})
-    for (auto& nn : sizes)
+    for (auto& nn : kRaggedSizes)
       for (bool causal : {false, true}) {
-        const fa::Case c{"v2 shape", make(2, 4, 2, nn[0], nn[1], d, causal), fa::Fill::HighDims};
+        const fa::Case c{std::string(k) + " shape", make(2, 4, 2, nn[0], nn[1], d, causal), fa::Fill::HighDims};
         for (fa::DType t : {fa::DType::fp16, fa::DType::bf16}) {
-          CHECK(fa05::plan("v2", c.p, t).runs == "v2");
-          fa::check_forward_case(stage_05_forward("v2", t), c, false, storage("v2", t));
+          CHECK(fa05::plan(k, c.p, t).runs == k);
+          fa::check_forward_case(stage_05_forward(k, t), c, false, storage(k, t));
         }
       }
+}
+
+TEST_CASE("05 ragged v2: N_q != N_k, causal, GQA at d = 64 and 128, fp16 and bf16") { check_ragged("v2"); }
+TEST_CASE("05 ragged v3: N_q != N_k, causal, GQA at d = 64 and 128, fp16 and bf16") { check_ragged("v3"); }
+TEST_CASE("05 ragged v4: N_q != N_k, causal, GQA at d = 64 and 128, fp16 and bf16") { check_ragged("v4"); }
+TEST_CASE("05 ragged v5: N_q != N_k, causal, GQA at d = 64 and 128, fp16 and bf16") { check_ragged("v5"); }
+
+// Every block shape v5 is compiled for (the sweep's candidates), not only the default one, with
+// N around 32, 64 and 128.
+TEST_CASE("05 v5: every compiled block shape, ragged and causal, bf16") {
+  const int64_t sizes[][2] = {{1, 1},     {17, 17},   {31, 33},  {63, 65},  {127, 129},
+                              {129, 127}, {200, 63},  {63, 200}, {257, 300}};
+  for (const fa05::BlockShape& sh : fa05::v5_shapes()) {
+    fa05::Config cfg;
+    cfg.Br = sh.Br, cfg.Bc = sh.Bc;
+    for (int64_t d : {64, 128})
+      for (auto& nn : sizes)
+        for (bool causal : {false, true}) {
+          const fa::Case c{"v5 " + std::to_string(sh.Br) + "x" + std::to_string(sh.Bc),
+                           make(1, 4, 2, nn[0], nn[1], d, causal), fa::Fill::HighDims};
+          CHECK(fa05::plan("v5", c.p, fa::DType::bf16, cfg).Br == sh.Br);
+          fa::check_forward_case(stage_05_forward("v5", fa::DType::bf16, cfg), c, false,
+                                 storage("v5", fa::DType::bf16));
+        }
+  }
 }
 
 TEST_CASE("05 cublas (materialised baseline): conformance battery in fp32, fp16 and bf16") {
@@ -116,7 +150,7 @@ TEST_CASE("05: a problem a kernel cannot run is refused before the GPU runs") {
 }
 
 TEST_CASE("05: every kernel gives bit-identical results run after run (no race)") {
-  // d = 72: v1's odd layout (v2 runs v1 there); d = 64 and 128: v2's own tensor-core kernel.
+  // d = 72: v1's odd layout (v2 ... v5 run v1 there); d = 64 and 128: the tensor-core kernels.
   for (const fa::AttnProblem& p : {make(2, 4, 2, 301, 257, 72, true), make(2, 4, 2, 301, 257, 64, true),
                                    make(1, 4, 1, 200, 333, 128, false)}) {
     const fa::Inputs in = fa::random_inputs(p, 11);

@@ -146,6 +146,50 @@ TEST_CASE("05 plan: v2 runs fp16/bf16 at d = 64, 128 with 64 x 64 blocks; v1 oth
   }
 }
 
+TEST_CASE("05 plan: v3, v4 double-buffer K and V; v5 takes a compiled shape, refuses others") {
+  for (const char* k : {"v3", "v4"})
+    for (int64_t d : {64, 128}) {
+      const fa05::Plan pl = fa05::plan(k, make(2, 4, 2, 1000, 300, d, false), fa::DType::fp16);
+      CHECK(pl.runs == k);
+      CHECK(pl.Br == 64);
+      CHECK(pl.Bc == 64);
+      CHECK(pl.threads == 128);
+      CHECK(pl.smem_bytes == (64 + 4 * 64) * (d + 8) * 2);  // Q_i and two K_j, two V_j
+      CHECK(fa05::plan(k, make(1, 1, 1, 100, 100, d, false), fa::DType::fp32).runs == "v1");
+    }
+  REQUIRE(!fa05::v5_shapes().empty());
+  for (const fa05::BlockShape& sh : fa05::v5_shapes())
+    for (int64_t d : {64, 128}) {
+      fa05::Config cfg;
+      cfg.Br = sh.Br, cfg.Bc = sh.Bc;
+      const fa05::Plan pl = fa05::plan("v5", make(2, 4, 2, 1000, 300, d, true), fa::DType::bf16, cfg);
+      CHECK(pl.runs == "v5");
+      CHECK(pl.Br == sh.Br);
+      CHECK(pl.Bc == sh.Bc);
+      CHECK(pl.threads == 2 * sh.Br);  // a warp per 16 query rows
+      CHECK(pl.blocks == 2 * 4 * ((1000 + sh.Br - 1) / sh.Br));
+      CHECK(pl.smem_bytes == (sh.Br + 4 * sh.Bc) * (d + 8) * 2);
+      CHECK(pl.smem_bytes <= fa05::kMaxSmemSm90);
+    }
+  for (int64_t d : {64, 128}) {  // the default is one of the compiled shapes
+    const fa05::BlockShape def = fa05::v5_default_shape(d);
+    const fa05::Plan pl = fa05::plan("v5", make(1, 2, 2, 500, 500, d, false), fa::DType::bf16);
+    CHECK(pl.Br == def.Br);
+    CHECK(pl.Bc == def.Bc);
+  }
+  fa05::Config odd;
+  odd.Br = 96, odd.Bc = 64;
+  CHECK_THROWS_WITH_AS(fa05::plan("v5", make(1, 1, 1, 64, 64, 64, false), fa::DType::bf16, odd),
+                       doctest::Contains("--block-q/--block-k"), fa05::Unsupported);
+  fa05::Config sram;
+  sram.sram_bytes = 65536;
+  CHECK_THROWS_WITH_AS(fa05::plan("v5", make(1, 1, 1, 64, 64, 64, false), fa::DType::bf16, sram),
+                       doctest::Contains("--sram-bytes"), fa05::Unsupported);
+  fa05::Config knob;
+  knob.Bc = 32;
+  CHECK_THROWS_AS(fa05::plan("v4", make(1, 1, 1, 64, 64, 64, false), fa::DType::bf16, knob), fa05::Unsupported);
+}
+
 TEST_CASE("05 plan: the cuBLAS baseline's workspace is S (float32) and P (in 16 bits)") {
   const fa::AttnProblem p = make(2, 8, 2, 300, 500, 64, true);
   const int64_t nxn = 2 * 8 * 300 * 500;
@@ -309,6 +353,8 @@ TEST_CASE("05 program: without a GPU, one line and exit code 2; bad flags are na
       {"--block-q 4096 --block-k 4096 --seq-q 4096", "--sram-bytes/--block-q/--block-k"},  // plan()'s limit
       {"--kernel cublas --block-q 32 --seq-q 64", "--sram-bytes/--block-q/--block-k"},    // v1-only knob
       {"--kernel v2 --dtype bf16 --block-k 32 --seq-q 64", "--sram-bytes/--block-q/--block-k"},
+      {"--kernel v5 --dtype bf16 --block-q 96 --seq-q 64", "--block-q/--block-k"},  // not a compiled shape
+      {"--kernel v5 --dtype bf16 --sram-bytes 65536 --seq-q 64", "--sram-bytes"},
   };
   for (auto [args, flag] : bad) {
     INFO(args);

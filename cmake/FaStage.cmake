@@ -9,8 +9,11 @@
 # ctest reports it as skipped; and HOST_TEST: a second test program, test_<name>_host (ctest:
 # <name>_host), for what needs no GPU (launch arithmetic, the C ABI's argument checks, the
 # program's refusal without a GPU), so CI runs it.
+# TEST_PARTS <suffix>=<doctest test-case filter>...: split test_<name> into several ctest tests
+# (<name>_<suffix> runs the cases matching the filter, <name> the rest), so `ctest -j` runs the
+# slow parts side by side (their CPU reference work dominates; the GPU is shared).
 function(fa_add_stage name)
-  cmake_parse_arguments(ARG "GPU" "TEST;BENCH;HOST_TEST" "LIBS;OPTIONS" ${ARGN})
+  cmake_parse_arguments(ARG "GPU" "TEST;BENCH;HOST_TEST" "LIBS;OPTIONS;TEST_PARTS" ${ARGN})
   add_executable(${name} main.cpp)
   target_link_libraries(${name} PRIVATE fa_common ${ARG_LIBS})
   target_compile_options(${name} PRIVATE ${ARG_OPTIONS})
@@ -23,9 +26,23 @@ function(fa_add_stage name)
   endif()
   target_compile_options(test_${name} PRIVATE ${ARG_OPTIONS})
   target_compile_definitions(test_${name} PRIVATE STAGE_BIN="$<TARGET_FILE:${name}>")
-  add_test(NAME ${name} COMMAND test_${name})
+  set(tests ${name})
+  set(excluded "")
+  foreach(part IN LISTS ARG_TEST_PARTS)
+    string(REGEX REPLACE "=.*" "" suffix "${part}")
+    string(REGEX REPLACE "^[^=]*=" "" filter "${part}")
+    add_test(NAME ${name}_${suffix} COMMAND test_${name} "--test-case=${filter}")
+    list(APPEND tests ${name}_${suffix})
+    list(APPEND excluded "${filter}")
+  endforeach()
+  if(excluded)
+    list(JOIN excluded "," excluded)
+    add_test(NAME ${name} COMMAND test_${name} "--test-case-exclude=${excluded}")
+  else()
+    add_test(NAME ${name} COMMAND test_${name})
+  endif()
   if(ARG_GPU)
-    set_tests_properties(${name} PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu)
+    set_tests_properties(${tests} PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu)
   endif()
 
   if(ARG_HOST_TEST)

@@ -2,12 +2,12 @@
 # The whole GPU check in one command, on a machine with an NVIDIA GPU (the course uses an H200):
 # build for sm_90a from this tree, run every test (the GPU battery included), SASS and register
 # report, compute-sanitizer (memcheck, racecheck, synccheck, initcheck) on small ragged problems
-# for every kernel, ncu on v1, v2 and the cuBLAS baseline, the benchmark, the side-by-side with PyTorch's SDPA backends, and
-# the tour. Every log goes to LOG_DIR; a summary table is printed last.
+# for every kernel, ncu on v1, v2, v4, v5 and the cuBLAS baseline, the benchmark, the side-by-side
+# with PyTorch's SDPA backends, and the tour. Every log goes to LOG_DIR; a summary table is printed last.
 #
 #   scripts/gpu_check.sh LOG_DIR [PHASES]
 #     PHASES: comma-separated, default env,build,test,sass,sanitize,ncu,bench,compare,tour
-#     env: BENCH_FILTER (a --benchmark_filter regex), COMPARE_ARGS (e.g. --quick)
+#     env: BENCH_FILTER (a --benchmark_filter regex), COMPARE_ARGS (e.g. --quick), CTEST_ARGS (e.g. -R 05)
 #
 # The GPU machine has no internet: what it lacks (CLI11's headers) travels in .gpu_deps/, made
 # here by scripts/pack_gpu_deps.sh (carry it with the tree). Builds in build-gpu/.
@@ -57,7 +57,7 @@ fi
 BIN=$BUILD/05_cuda_tiled
 
 if has test; then
-  NOTE="tests passed" step ctest 480 ctest --test-dir $BUILD -j 8 --output-on-failure
+  NOTE="tests passed" step ctest 480 ctest --test-dir $BUILD -j 8 --output-on-failure ${CTEST_ARGS:-}
 fi
 
 if has sass; then
@@ -72,13 +72,14 @@ fi
 
 if has sanitize; then
   # Small ragged problems: N_q != N_k, causal with rows that see no key, GQA, odd d.
-  # Every kernel in two dtypes, each on two shapes (d = 64 and 128, where v2 runs itself); v1 also
-  # at an odd head dim.
+  # Every kernel on two shapes (d = 64 and 128, where v2 ... v5 run themselves), v1 also at an
+  # odd head dim.
   shapes=("--batch 2 --heads 4 --kv-heads 2 --seq-q 77 --seq-k 45 --head-dim 64 --causal"
           "--batch 1 --heads 2 --kv-heads 1 --seq-q 33 --seq-k 130 --head-dim 128"
           "--batch 2 --heads 3 --kv-heads 1 --seq-q 50 --seq-k 29 --head-dim 40 --causal")
   for tool in memcheck racecheck synccheck initcheck; do
-    for kd in v1:fp32:0,1,2 v1:bf16:0,1,2 v2:bf16:0,1 v2:fp16:0,1 cublas:fp32:0,1 cublas:bf16:0,1; do
+    for kd in v1:fp32:0,1,2 v1:bf16:0,1,2 v2:bf16:0,1 v2:fp16:0,1 v3:bf16:0,1 v4:bf16:0,1 v5:bf16:0,1 \
+      v5:fp16:0,1 cublas:fp32:0,1 cublas:bf16:0,1; do
       IFS=: read -r k dt idx <<<"$kd"
       for i in ${idx//,/ }; do
         NOTE="ERROR SUMMARY" step "san_${tool}_${k}_${dt}_$i" 300 compute-sanitizer --tool $tool --error-exitcode 9 \
@@ -89,12 +90,18 @@ if has sanitize; then
 fi
 
 if has ncu; then
-  # Where the time goes: v1 and v2 (one launch each, ncu's detailed set), and the materialised
-  # baseline's GEMMs and softmax (speed of light).
+  # Where the time goes: v1, v2, v4 and v5 (one launch each, ncu's detailed set; v5 also at the
+  # issue's target point), and the materialised baseline's GEMMs and softmax (speed of light).
   step ncu_v1 300 ncu --clock-control none --set detailed -k regex:forward_kernel -c 1 \
     $BIN/05_cuda_tiled --kernel v1 --dtype bf16 --batch 4 --heads 32 --seq-q 4096 --head-dim 64 --no-check
   step ncu_v2 300 ncu --clock-control none --set detailed -k regex:forward_kernel -c 1 \
     $BIN/05_cuda_tiled --kernel v2 --dtype bf16 --batch 4 --heads 32 --seq-q 4096 --head-dim 64 --no-check
+  for k in v4 v5; do
+    step ncu_$k 300 ncu --clock-control none --set detailed -k regex:forward_kernel -c 1 \
+      $BIN/05_cuda_tiled --kernel $k --dtype bf16 --batch 4 --heads 32 --seq-q 4096 --head-dim 64 --no-check
+  done
+  step ncu_v5_d128 300 ncu --clock-control none --set detailed -k regex:forward_kernel -c 1 \
+    $BIN/05_cuda_tiled --kernel v5 --dtype bf16 --batch 2 --heads 16 --seq-q 8192 --head-dim 128 --no-check
   step ncu_cublas 300 ncu --clock-control none --section SpeedOfLight -c 4 \
     $BIN/05_cuda_tiled --kernel cublas --dtype bf16 --batch 4 --heads 32 --seq-q 4096 --head-dim 64 --no-check
 fi

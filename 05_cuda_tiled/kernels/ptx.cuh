@@ -1,6 +1,6 @@
-// The only kernel code the versions share: thin wrappers around three PTX instructions, so each
+// The only kernel code the versions share: thin wrappers around a few PTX instructions, so each
 // kernel file reads as the algorithm. PTX ISA reference: "Warp-level matrix instructions"
-// (mma.sync m16n8k16, ldmatrix) and "Data movement" (cp.async).
+// (mma.sync m16n8k16, ldmatrix), "Data movement" (cp.async) and "Floating-point" (ex2.approx).
 //
 // The mma.sync m16n8k16 fragments (per warp of 32 lanes; g = lane / 4, t = lane % 4):
 //   A (16 x 16, row-major)  a[0]: row g,   cols 2t, 2t+1       a[1]: row g+8, cols 2t, 2t+1
@@ -73,6 +73,32 @@ template <>
 __device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
   const __half2 v = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// cp.async (sm_80+): copy 16 bytes global -> shared without passing through registers; the
+// thread goes on at once and the copy completes in the background. When `valid` is false no
+// byte is read from `src` (src-size 0) and the 16 bytes at `dst` are filled with zeros: how a
+// ragged tile's rows past N are zeroed without an out-of-bounds read. .cg: cache in L2 only
+// (each K/V byte is used once per thread block from shared memory, L1 would only be polluted).
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
+  const auto d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0)
+               : "memory");
+}
+// Closes the group of cp.async issued since the last commit (one group = one tile load).
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most N of this thread's committed groups are still in flight. Other threads'
+// copies are only visible after a __syncthreads() that follows it.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+// 2^x on the special function unit, one instruction (MUFU.EX2); .ftz: subnormal results are 0.
+// ex2(-inf) = +0 exactly, which is what a masked score needs. An approximation, good to a few
+// fp32 ulp: far below the 16-bit rounding P gets next (the battery measures the result).
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
 }
 
 }  // namespace fa05::ptx
