@@ -219,10 +219,14 @@ int stage_main(int argc, char** argv, const Stage& stage,
   add_common_flags(app, f, bool(stage.backward));
   if (extra_flags) extra_flags(app);
   return run_program(app, argc, argv, [&]() -> int {
-    Stage st = stage;  // a GPU stage's forward depends on --dtype
+    // A GPU stage's forward depends on --dtype, and forward_for may set the rest of the stage from
+    // the flags (stage 06's --device): copy the stage after it.
     DType dtype = DType::fp32;
-    if (st.forward_for) st.forward = st.forward_for(dtype = parse_dtype(f.dtype));
+    ForwardFn fwd;
+    if (stage.forward_for) fwd = stage.forward_for(dtype = parse_dtype(f.dtype));
     else check_dtype(f);
+    Stage st = stage;
+    if (fwd) st.forward = fwd;
     check_output_paths(f);
     // A GPU stage refuses what it can before any input is made (a large random problem takes
     // seconds to generate), and again once the inputs exist.
@@ -257,7 +261,7 @@ int stage_main(int argc, char** argv, const Stage& stage,
       fr = run_forward(st.forward, in);
     }
     BackwardRun br;
-    if (bwd) br = run_backward(stage.backward, in, fr);
+    if (bwd) br = run_backward(st.backward, in, fr);
     // From files that passed the checks above a backward can still meet an LSE that is not its
     // scores' (with --no-check only the -inf rows are checked): refuse non-finite gradients
     // rather than write them.
@@ -269,7 +273,7 @@ int stage_main(int argc, char** argv, const Stage& stage,
 
     nlohmann::json j;
     j["stage"] = stage.name;
-    j["idea"] = stage.idea;
+    j["idea"] = st.idea;
     j["input"] = in.source;
     j["problem"] = problem_json(in.p);
     if (!given)
@@ -279,7 +283,7 @@ int stage_main(int argc, char** argv, const Stage& stage,
                               {"gflops", in.p.backward_flops() / (br.ms * 1e6)}};
 
     std::ostringstream txt;
-    txt << stage.name << " — " << stage.idea << "\n"
+    txt << stage.name << " — " << st.idea << "\n"
         << "  input    : " << in.source << "\n"
         << "  problem  : " << in.p.describe() << "\n";
     if (given)

@@ -230,7 +230,11 @@ void check_forward_battery(const ForwardFn& f, bool is_stage01, Storage st) {
 }
 
 void check_backward_battery(const BackwardFn& f, bool is_stage01, const ForwardFn& forward) {
-  for (const Case& c : backward_battery()) {
+  for (const Case& c : backward_battery()) check_backward_case(f, c, is_stage01, forward);
+}
+
+void check_backward_case(const BackwardFn& f, const Case& c, bool is_stage01, const ForwardFn& forward) {
+  {
     INFO("case: " << c.name);
     const Inputs in = case_inputs(c);
     const AttnProblem& p = in.p;
@@ -239,7 +243,7 @@ void check_backward_battery(const BackwardFn& f, bool is_stage01, const ForwardF
     // forward is still checked, with the float32 estimate standing in for stage 01's error (as in
     // the forward battery); one fed stage 01's forward cannot be.
     const bool naive_ok = maxS <= 80;
-    if (!naive_ok && !forward) continue;
+    if (!naive_ok && !forward) return;
     // The forward output a backward consumes: its own forward's O and LSE if given, else stage
     // 01's (float32). Stage 01's backward, the baseline, always takes stage 01's.
     const ForwardRun fwd01 = run_forward(naive::forward<float>, in);

@@ -86,5 +86,7 @@ void check_forward_case(const ForwardFn& f, const Case& c, bool is_stage01 = fal
 // storing LSE in float32 causes by itself (reference_backward with lse_in_float32), measured in
 // float64. Without it, the backward gets stage 01's O and LSE.
 void check_backward_battery(const BackwardFn& f, bool is_stage01 = false, const ForwardFn& forward = {});
+// One case (used by the battery and by stage-specific tests).
+void check_backward_case(const BackwardFn& f, const Case& c, bool is_stage01 = false, const ForwardFn& forward = {});
 
 }  // namespace fa

@@ -2,11 +2,12 @@
 # The whole GPU check in one command, on a machine with an NVIDIA GPU (the course uses an H200):
 # build for sm_90a from this tree, run every test (the GPU battery included), SASS and register
 # report, compute-sanitizer (memcheck, racecheck, synccheck, initcheck) on small ragged problems
-# for every kernel, ncu on v1, v2, v4, v5 and the cuBLAS baseline, the benchmark, the side-by-side
-# with PyTorch's SDPA backends, and the tour. Every log goes to LOG_DIR; a summary table is printed last.
+# for every kernel (stage 06's GPU backward too), stage 06 on the GPU beside the CPU, ncu on v1,
+# v2, v4, v5 and the cuBLAS baseline, the benchmark, the side-by-side with PyTorch's SDPA
+# backends, and the tour. Every log goes to LOG_DIR; a summary table is printed last.
 #
 #   scripts/gpu_check.sh LOG_DIR [PHASES]
-#     PHASES: comma-separated, default env,build,test,sass,sanitize,ncu,bench,compare,tour
+#     PHASES: comma-separated, default env,build,test,sass,sanitize,bwd,ncu,bench,compare,tour
 #     env: BENCH_FILTER (a --benchmark_filter regex), COMPARE_ARGS (e.g. --quick), CTEST_ARGS (e.g. -R 05)
 #
 # The GPU machine has no internet: what it lacks (CLI11's headers) travels in .gpu_deps/, made
@@ -14,7 +15,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LOG=${1:?usage: scripts/gpu_check.sh LOG_DIR [PHASES]}
-PHASES=${2:-env,build,test,sass,sanitize,ncu,bench,compare,tour}
+PHASES=${2:-env,build,test,sass,sanitize,bwd,ncu,bench,compare,tour}
 mkdir -p "$LOG"
 LOG=$(cd "$LOG" && pwd)
 BUILD=build-gpu
@@ -64,7 +65,8 @@ if has sass; then
   # Per kernel: instruction counts that say what the code really does (tools/sass_counts.py).
   {
     cuobjdump -res-usage $BIN/libfa05.so
-    cuobjdump -sass $BIN/libfa05.so >"$LOG/sass.txt"
+    cuobjdump -res-usage $BUILD/06_backward_recompute/06_backward_recompute
+    { cuobjdump -sass $BIN/libfa05.so; cuobjdump -sass $BUILD/06_backward_recompute/06_backward_recompute; } >"$LOG/sass.txt"
     python3 tools/sass_counts.py "$LOG/sass.txt"
   } >"$LOG/sass_summary.txt" 2>&1
   SUMMARY+=("$(printf '%-22s %-6s %5ss  %s' sass ok 0 "kernels with local-memory instructions (LDL/STL): $(grep -cE ' (LDL|STL)=[1-9]' "$LOG/sass_summary.txt")")")
@@ -87,6 +89,23 @@ if has sanitize; then
       done
     done
   done
+  # Stage 06's GPU backward (fp32): the same tools on the two ragged causal/GQA shapes.
+  for tool in memcheck racecheck synccheck initcheck; do
+    for i in 0 2; do
+      NOTE="ERROR SUMMARY" step "san_${tool}_bwd_gpu_v1_$i" 300 compute-sanitizer --tool $tool --error-exitcode 9 \
+        $BUILD/06_backward_recompute/06_backward_recompute --device gpu ${shapes[$i]} --no-check
+    done
+  done
+fi
+
+if has bwd; then
+  # Stage 06 on the GPU (fp32 forward v1 + backward gpu_v1) beside the CPU version, checked.
+  for dev in gpu cpu; do
+    NOTE="backward" step "bwd_${dev}_N4096_d64" 300 $BUILD/06_backward_recompute/06_backward_recompute \
+      --device $dev --heads 8 --seq-q 4096 --head-dim 64 --no-check
+  done
+  NOTE="backward" step bwd_gpu_N1024_checked 300 $BUILD/06_backward_recompute/06_backward_recompute \
+    --device gpu --heads 4 --kv-heads 2 --seq-q 1024 --seq-k 700 --head-dim 128 --causal
 fi
 
 if has ncu; then

@@ -39,6 +39,30 @@ std::string gib(double bytes) {
   return buf;
 }
 
+// Rounds n float32 values to the dtype (host) and copies them to dst (device), through `stage`.
+void upload(DType t, const float* src, int64_t n, void* dst, Pinned& stage, cudaStream_t stream) {
+  encode(t, src, n, stage.get());
+  FA_CUDA_CHECK(cudaMemcpyAsync(dst, stage.get(), size_t(n * dtype_bytes(t)), cudaMemcpyHostToDevice, stream));
+  FA_CUDA_CHECK(cudaStreamSynchronize(stream));  // the staging buffer is reused
+}
+
+// n values of the dtype from src (device) into dst as float32 (host).
+void download(DType t, const void* src, int64_t n, float* dst, cudaStream_t stream) {
+  Pinned out(n * dtype_bytes(t));
+  FA_CUDA_CHECK(cudaMemcpyAsync(out.get(), src, size_t(n * dtype_bytes(t)), cudaMemcpyDeviceToHost, stream));
+  FA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  decode(t, out.get(), n, dst);
+}
+
+// Throws InputError unless `need` bytes fit in the GPU's free memory (with 5 % to spare).
+void check_fits(int64_t need) {
+  const long long free_b = gpu_free_bytes();
+  if (free_b >= 0 && need > free_b - free_b / 20)
+    throw InputError("--seq-q/--seq-k", "a problem that fits in the GPU's " + gib(double(free_b)) + " of free memory",
+                     gib(double(need)) + " needed (inputs, outputs and the kernel's workspace)");
+}
+
+
 }  // namespace
 
 void check_dtype_range(const float* x, int64_t n, DType t, const std::string& arg) {
@@ -69,11 +93,7 @@ ForwardFn gpu_forward(DeviceForwardFn f, DType dtype, WorkspaceFn workspace) {
     check_dtype_range(V, nkv, dtype, "--v");
     require_gpu();
     const int64_t eb = dtype_bytes(dtype);
-    const int64_t need = eb * (2 * nq + 2 * nkv) + 4 * nl + (workspace ? workspace(p, dtype) : 0);
-    const long long free_b = gpu_free_bytes();
-    if (free_b >= 0 && need > free_b - free_b / 20)
-      throw InputError("--seq-q/--seq-k", "a problem that fits in the GPU's " + gib(double(free_b)) + " of free memory",
-                       gib(double(need)) + " needed (inputs, outputs and the kernel's workspace)");
+    check_fits(eb * (2 * nq + 2 * nkv) + 4 * nl + (workspace ? workspace(p, dtype) : 0));
 
     cudaStream_t stream = nullptr;  // the default stream: one run at a time, in order
     DeviceBuffer<uint8_t> dQ(eb * nq, Mem::Io, stream), dK(eb * nkv, Mem::Io, stream),
@@ -81,13 +101,9 @@ ForwardFn gpu_forward(DeviceForwardFn f, DType dtype, WorkspaceFn workspace) {
     DeviceBuffer<float> dLSE(nl, Mem::Io, stream);
     {
       Pinned stage(eb * std::max(nq, nkv));
-      const std::pair<const float*, DeviceBuffer<uint8_t>*> ins[] = {{Q, &dQ}, {K, &dK}, {V, &dV}};
-      for (auto [src, dst] : ins) {
-        const int64_t n = dst->bytes() / eb;
-        encode(dtype, src, n, stage.get());
-        FA_CUDA_CHECK(cudaMemcpyAsync(dst->get(), stage.get(), size_t(dst->bytes()), cudaMemcpyHostToDevice, stream));
-        FA_CUDA_CHECK(cudaStreamSynchronize(stream));  // the staging buffer is reused
-      }
+      upload(dtype, Q, nq, dQ.get(), stage, stream);
+      upload(dtype, K, nkv, dK.get(), stage, stream);
+      upload(dtype, V, nkv, dV.get(), stage, stream);
     }
     // A first, untimed call loads the kernel's module and creates library handles, so the timed
     // call below measures the kernel alone.
@@ -104,11 +120,57 @@ ForwardFn gpu_forward(DeviceForwardFn f, DType dtype, WorkspaceFn workspace) {
     devstats::set_last_ms(timer.stop());
     FA_CUDA_CHECK(cudaStreamSynchronize(stream));
 
-    Pinned out(eb * nq);
-    FA_CUDA_CHECK(cudaMemcpyAsync(out.get(), dO.get(), size_t(dO.bytes()), cudaMemcpyDeviceToHost, stream));
+    download(dtype, dO.get(), nq, O, stream);
     FA_CUDA_CHECK(cudaMemcpyAsync(LSE, dLSE.get(), size_t(dLSE.bytes()), cudaMemcpyDeviceToHost, stream));
     FA_CUDA_CHECK(cudaStreamSynchronize(stream));
-    decode(dtype, out.get(), nq, O);
+  };
+}
+
+BackwardFn gpu_backward(DeviceBackwardFn f, DType dtype, WorkspaceFn workspace) {
+  return [f = std::move(f), dtype, workspace = std::move(workspace)](
+             const AttnProblem& p, const float* Q, const float* K, const float* V, const float* O,
+             const float* dO, const float* LSE, float* dQ, float* dK, float* dV) {
+    const int64_t nq = p.q_elems(), nkv = p.kv_elems(), nl = p.lse_elems();
+    check_dtype_range(Q, nq, dtype, "--q");
+    check_dtype_range(K, nkv, dtype, "--k");
+    check_dtype_range(V, nkv, dtype, "--v");
+    check_dtype_range(O, nq, dtype, "--o-in");
+    check_dtype_range(dO, nq, dtype, "--do");
+    require_gpu();
+    const int64_t eb = dtype_bytes(dtype);
+    check_fits(eb * (4 * nq + 4 * nkv) + 4 * nl + (workspace ? workspace(p, dtype) : 0));
+
+    cudaStream_t stream = nullptr;
+    // g*: the device copies ("g" for GPU; dQ ... are the caller's host gradients).
+    DeviceBuffer<uint8_t> gQ(eb * nq, Mem::Io, stream), gK(eb * nkv, Mem::Io, stream),
+        gV(eb * nkv, Mem::Io, stream), gO(eb * nq, Mem::Io, stream), gdO(eb * nq, Mem::Io, stream),
+        gdQ(eb * nq, Mem::Io, stream), gdK(eb * nkv, Mem::Io, stream), gdV(eb * nkv, Mem::Io, stream);
+    DeviceBuffer<float> gLSE(nl, Mem::Io, stream);
+    {
+      Pinned stage(std::max(eb * std::max(nq, nkv), 4 * nl));
+      upload(dtype, Q, nq, gQ.get(), stage, stream);
+      upload(dtype, K, nkv, gK.get(), stage, stream);
+      upload(dtype, V, nkv, gV.get(), stage, stream);
+      upload(dtype, O, nq, gO.get(), stage, stream);
+      upload(dtype, dO, nq, gdO.get(), stage, stream);
+      upload(DType::fp32, LSE, nl, gLSE.get(), stage, stream);
+    }
+    auto run = [&] {
+      f(p, dtype, gQ.get(), gK.get(), gV.get(), gO.get(), gdO.get(), gLSE.get(), gdQ.get(), gdK.get(), gdV.get(),
+        stream);
+      FA_CUDA_CHECK(cudaGetLastError());
+    };
+    run();  // untimed warm-up (module loading)
+    // Poison the gradients (NaN bits in every dtype): an element the timed call misses shows.
+    for (DeviceBuffer<uint8_t>* g : {&gdQ, &gdK, &gdV})
+      FA_CUDA_CHECK(cudaMemsetAsync(g->get(), 0xFF, size_t(g->bytes()), stream));
+    EventTimer timer(stream);
+    run();
+    devstats::set_last_ms(timer.stop());
+    FA_CUDA_CHECK(cudaStreamSynchronize(stream));
+    download(dtype, gdQ.get(), nq, dQ, stream);
+    download(dtype, gdK.get(), nkv, dK, stream);
+    download(dtype, gdV.get(), nkv, dV, stream);
   };
 }
 

@@ -1,6 +1,7 @@
 // The host adapter: turns a GPU forward that works on device pointers into the course's common
-// ForwardFn (float32 tensors on the host, common/stage.hpp), so the conformance battery, the
-// stage programs and the tour run every GPU kernel unchanged.
+// ForwardFn (float32 tensors on the host, common/stage.hpp), and a GPU backward into a
+// BackwardFn, so the conformance battery, the stage programs and the tour run every GPU kernel
+// unchanged.
 //
 // One call of the ForwardFn it returns:
 //   1. rounds Q, K, V to the dtype (round to nearest even, common/dtype.hpp) and uploads them;
@@ -29,6 +30,12 @@ using DeviceForwardFn = std::function<void(const AttnProblem& p, DType dtype, co
                                            const void* K, const void* V, void* O, float* LSE,
                                            cudaStream_t stream)>;
 
+// A backward on the GPU. Device pointers: Q, O, dO, dQ [B,H,N_q,d]; K, V, dK, dV [B,H_kv,N_k,d],
+// all in `dtype`; LSE [B,H,N_q] float32. Launches on `stream`; may return before the kernels end.
+using DeviceBackwardFn = std::function<void(const AttnProblem& p, DType dtype, const void* Q, const void* K,
+                                            const void* V, const void* O, const void* dO, const float* LSE,
+                                            void* dQ, void* dK, void* dV, cudaStream_t stream)>;
+
 // Bytes of GPU workspace f needs for a problem (to refuse, before allocating anything, a problem
 // that does not fit in the GPU's free memory).
 using WorkspaceFn = std::function<int64_t(const AttnProblem& p, DType dtype)>;
@@ -43,5 +50,10 @@ void check_dtype_range(const Inputs& in, DType t);
 // dtype's range (check_dtype_range), when there is no usable GPU, or when inputs, outputs and
 // workspace exceed the GPU's free memory (in that order); CudaError when CUDA fails.
 ForwardFn gpu_forward(DeviceForwardFn f, DType dtype, WorkspaceFn workspace = {});
+
+// The BackwardFn for f in `dtype`, the same way: Q, K, V, O, dO rounded to the dtype and uploaded
+// (LSE as float32), a warm-up call, dQ, dK, dV poisoned with NaN, a timed call, the gradients
+// downloaded as float32. Throws as gpu_forward (O and dO range-checked as --o-in and --do).
+BackwardFn gpu_backward(DeviceBackwardFn f, DType dtype, WorkspaceFn workspace = {});
 
 }  // namespace fa
