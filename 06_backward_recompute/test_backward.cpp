@@ -50,8 +50,14 @@ TEST_CASE("06 backward: battery, blocks that divide nothing (Br = 7, Bc = 13)") 
 }
 
 TEST_CASE("06 backward: battery, Br = Bc = 1 and one block as big as the problem") {
-  fa::check_backward_battery(with_blocks(1, 1), false, stage_06().forward);
-  fa::check_backward_battery(with_blocks(100000, 100000), false, stage_06().forward);
+  {
+    INFO("Br = Bc = 1");
+    fa::check_backward_battery(with_blocks(1, 1), false, stage_06().forward);
+  }
+  {
+    INFO("one block as big as the problem");
+    fa::check_backward_battery(with_blocks(100000, 100000), false, stage_06().forward);
+  }
 }
 
 TEST_CASE("06 backward: 1, 2 and 4 threads give bit-identical dQ, dK, dV") {

@@ -45,7 +45,8 @@ TEST_CASE("06 gpu_v1: ragged N around the blocks, N_q != N_k, causal, GQA, d = 1
 TEST_CASE("06 gpu_v1: bit-identical gradients over 20 runs (deterministic: no atomics)") {
   for (const fa::AttnProblem& p : {make(2, 4, 1, 301, 257, 64, true), make(1, 4, 2, 200, 333, 128, false)}) {
     INFO(p.describe());
-    const fa::Inputs in = fa::random_inputs(p, 3);
+    fa::Inputs in = fa::random_inputs(p, 3);
+    fa::add_grad_output(in, "", 4);
     const fa::ForwardRun fwd = fa::run_forward(stage_05_forward("v1", fa::DType::fp32), in);
     const fa::BackwardFn f = stage_06_gpu_backward();
     const fa::BackwardRun a = fa::run_backward(f, in, fwd);
@@ -60,7 +61,8 @@ TEST_CASE("06 gpu_v1: bit-identical gradients over 20 runs (deterministic: no at
 
 TEST_CASE("06 gpu_v1: extra GPU memory is D, one float per query row (the plan's workspace)") {
   const fa::AttnProblem p = make(2, 4, 2, 300, 500, 64, true);
-  const fa::Inputs in = fa::random_inputs(p, 2);
+  fa::Inputs in = fa::random_inputs(p, 2);
+  fa::add_grad_output(in, "", 4);
   const fa::ForwardRun fwd = fa::run_forward(stage_05_forward("v1", fa::DType::fp32), in);
   fa::ExtraDeviceMemory mem;
   fa::run_backward(stage_06_gpu_backward(), in, fwd);

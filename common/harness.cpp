@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <stdexcept>
 
 #include "devstats.hpp"
 #include "errors.hpp"
@@ -247,6 +248,9 @@ ForwardRun run_forward(const ForwardFn& f, const Inputs& in) {
 }
 
 BackwardRun run_backward(const BackwardFn& f, const Inputs& in, const ForwardRun& fwd) {
+  // A caller that forgot add_grad_output() would hand the backward a null dO.
+  if (in.dO.numel() != in.Q.numel() || fwd.O.numel() != in.Q.numel() || fwd.LSE.numel() != in.p.lse_elems())
+    throw std::invalid_argument("run_backward: dO (add_grad_output), O and LSE must match the problem");
   BackwardRun r;
   r.dQ = Tensor(in.Q.shape);
   r.dK = Tensor(in.K.shape);
