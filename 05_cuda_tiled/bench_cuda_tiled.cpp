@@ -7,8 +7,8 @@
 //                            the practical peak of the dtype on this GPU, measured
 //   BM_attn/kernel:dtype/... one forward of runner.hpp's kernel
 //   BM_v1_sram/...           v1 at several shared-memory budgets M (the block-size sweep)
-//   BM_v5_shape/...          v5 (bf16) at each compiled block shape Br x Bc (the sweep behind
-//                            its default shape per d)
+//   BM_shape/...             v5 and v6 (bf16) at each compiled block shape Br x Bc (the sweeps
+//                            behind their default shapes)
 // Counters: TFLOP/s (forward 4*B*H*N_q*N_k*d, halved for causal, FlashAttention's convention),
 //   pct_peak (of the datasheet's dense peak: fp32 66.9, bf16 989.4 TFLOP/s for the H100/H200 SXM),
 //   gpu_extra_bytes (the kernel's workspace, measured by the counted device buffers). The share
@@ -192,11 +192,13 @@ void BM_v1_sram(benchmark::State& state) {
   time_forward(state, "v1", fa::DType(state.range(1)), paper_problem(state.range(2), state.range(3), state.range(4) != 0), cfg);
 }
 
-// v5 at each compiled block shape: the sweep behind v5_default_shape(). Args: Br, Bc, N, d, causal.
-void BM_v5_shape(benchmark::State& state) {
+// v5 and v6 at each compiled block shape: the sweeps behind fa05::default_shape().
+// Args: kernel index, Br, Bc, N, d, causal.
+void BM_shape(benchmark::State& state) {
   fa05::Config cfg;
-  cfg.Br = state.range(0), cfg.Bc = state.range(1);
-  time_forward(state, "v5", fa::DType::bf16, paper_problem(state.range(2), state.range(3), state.range(4) != 0), cfg);
+  cfg.Br = state.range(1), cfg.Bc = state.range(2);
+  time_forward(state, fa05::kernels()[size_t(state.range(0))].name, fa::DType::bf16,
+               paper_problem(state.range(3), state.range(4), state.range(5) != 0), cfg);
 }
 
 void attn_grid(benchmark::internal::Benchmark* b) {
@@ -219,12 +221,13 @@ void sram_grid(benchmark::internal::Benchmark* b) {
   b->ArgNames({"M_KiB", "dtype", "N", "d", "causal"});
 }
 
-void v5_shape_grid(benchmark::internal::Benchmark* b) {
-  for (const fa05::BlockShape& sh : fa05::v5_shapes())
+void shape_grid(benchmark::internal::Benchmark* b) {
+  for (int64_t k = 0; k < int64_t(fa05::kernels().size()); ++k)
     for (int64_t d : {64, 128})
-      for (int64_t causal : {0, 1})
-        for (int64_t N : {1024, 8192}) b->Args({sh.Br, sh.Bc, N, d, causal});
-  b->ArgNames({"Br", "Bc", "N", "d", "causal"});
+      for (const fa05::BlockShape& sh : fa05::block_shapes(fa05::kernels()[size_t(k)].name, d))
+        for (int64_t causal : {0, 1})
+          for (int64_t N : {1024, 8192}) b->Args({k, sh.Br, sh.Bc, N, d, causal});
+  b->ArgNames({"kernel", "Br", "Bc", "N", "d", "causal"});
 }
 
 }  // namespace
@@ -233,7 +236,7 @@ BENCHMARK(BM_gemm)->Arg(int64_t(fa::DType::fp32))->Arg(int64_t(fa::DType::bf16))
     ->UseManualTime()->MinTime(0.2)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_attn)->Apply(attn_grid)->UseManualTime()->MinTime(0.1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_v1_sram)->Apply(sram_grid)->UseManualTime()->MinTime(0.1)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_v5_shape)->Apply(v5_shape_grid)->UseManualTime()->MinTime(0.1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_shape)->Apply(shape_grid)->UseManualTime()->MinTime(0.1)->Unit(benchmark::kMillisecond);
 
 int main(int argc, char** argv) {
   std::string why;

@@ -20,6 +20,7 @@
 #include "kernels/v3_cp_async.cuh"
 #include "kernels/v4_exp2.cuh"
 #include "kernels/v5_shape.cuh"
+#include "kernels/v6_warp_rows.cuh"
 #include "runner.hpp"
 
 namespace fa05 {
@@ -40,6 +41,9 @@ const std::vector<KernelInfo>& kernels() {
        true, 256},
       {"v5", "kernels/v5_shape.cuh",
        "v4 + the block shape per d chosen by measurement, causal's heaviest query blocks first",
+       true, 256},
+      {"v6", "kernels/v6_warp_rows.cuh",
+       "v5 + 32 query rows per warp: each K/V fragment feeds two mma, twice the work in flight",
        true, 256},
       {"cublas", "kernels/baseline_cublas.cuh",
        "materialised baseline: cuBLAS S = QK^T, softmax kernel, cuBLAS O = PV; S, P in HBM",
@@ -165,13 +169,39 @@ void set_smem(Kernel* kernel_fn, int64_t bytes) {
   FA_CUDA_CHECK(cudaFuncSetAttribute(kernel_fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
 }
 
-// The shapes v5 is compiled for (warps, Bc); Br = 16 warps. The sweep (bench BM_v5_shape) runs
-// them all; v5_default_shape() holds its winners.
-template <int W, int C>
+// The shapes v5 and v6 are compiled for (warps, Bc); Br = 16 warps (v5) or 32 warps (v6). The
+// sweeps (bench BM_shape) run them all; default_shape() holds the winners.
+// A shape may be limited to head dims up to max_d: v6 at d = 128 with Bc = 64 needs more than
+// 255 registers (ptxas spills), and with Bc = 128 its S no longer fits in registers at all.
+template <int W, int C, int MaxD = 128>
 struct Shape {
-  static constexpr int warps = W, Bc = C;
+  static constexpr int warps = W, Bc = C, max_d = MaxD;
 };
 using V5Shapes = std::tuple<Shape<4, 32>, Shape<4, 64>, Shape<4, 128>, Shape<8, 32>, Shape<8, 64>, Shape<8, 128>>;
+using V6Shapes = std::tuple<Shape<4, 32>, Shape<4, 64, 64>, Shape<8, 32>, Shape<8, 64, 64>>;
+
+// Each shaped version: its kernel for (T, D, warps, Bc) and its rows per warp.
+struct V5 {
+  static constexpr int rows_per_warp = 16;
+  using Shapes = V5Shapes;
+  template <class T, int D, int W, int C>
+  static auto kernel() { return v5::forward_kernel<T, D, W, C>; }
+  static int64_t smem(int64_t d, int64_t warps, int64_t Bc) { return v5::smem_bytes(int(d), int(warps), int(Bc)); }
+};
+struct V6 {
+  static constexpr int rows_per_warp = 16 * v6::kM;
+  using Shapes = V6Shapes;
+  template <class T, int D, int W, int C>
+  static auto kernel() { return v6::forward_kernel<T, D, W, C>; }
+  static int64_t smem(int64_t d, int64_t warps, int64_t Bc) { return v6::smem_bytes(int(d), int(warps), int(Bc)); }
+};
+
+template <class Ver, class... S>
+std::vector<BlockShape> shape_list(int64_t d, std::tuple<S...>*) {
+  std::vector<BlockShape> list;
+  ((d <= S::max_d ? list.push_back(BlockShape{Ver::rows_per_warp * S::warps, S::Bc}) : void()), ...);
+  return list;
+}
 
 // Launches a tensor-core kernel (v2 ... v5) for the dtype and head dim of the problem:
 // make(T, D) returns the kernel function for T = __half/__nv_bfloat16, D = 64/128.
@@ -193,45 +223,56 @@ void tc_launch(const fa::AttnProblem& p, fa::DType dtype, const void* Q, const v
   else p.d == 64 ? launch(__nv_bfloat16{}, D64{}) : launch(__nv_bfloat16{}, D128{});
 }
 
-// v5 compiled for shape S, if S is the plan's shape.
-template <class S, class Go>
-bool v5_if_shape(const Plan& pl, Go go) {
+// Ver compiled for shape S, if S is the plan's shape.
+// (Only head dims up to S::max_d are compiled; plan() never picks S above it, and the D = 64
+// kernel stands in for the type.)
+template <class Ver, class S, class Go>
+bool if_shape(const Plan& pl, Go go) {
   if (pl.threads != 32 * S::warps || pl.Bc != S::Bc) return false;
-  go([](auto t, auto d) { return v5::forward_kernel<decltype(t), decltype(d)::value, S::warps, S::Bc>; });
+  go([](auto t, auto d) {
+    constexpr int D = decltype(d)::value <= S::max_d ? decltype(d)::value : 64;
+    return Ver::template kernel<decltype(t), D, S::warps, S::Bc>();
+  });
   return true;
 }
-template <class Go, class... S>
-bool v5_dispatch(const Plan& pl, Go go, std::tuple<S...>*) {
-  return (v5_if_shape<S>(pl, go) || ...);
+template <class Ver, class Go, class... S>
+bool dispatch_shape(const Plan& pl, Go go, std::tuple<S...>*) {
+  return (if_shape<Ver, S>(pl, go) || ...);
 }
 
 void tc_forward(const fa::AttnProblem& p, fa::DType dtype, const void* Q, const void* K, const void* V,
                 void* O, float* LSE, const Plan& pl, cudaStream_t stream) {
   const auto go = [&](auto make) { tc_launch(p, dtype, Q, K, V, O, LSE, pl, stream, make); };
+  bool found = true;
   if (pl.runs == "v2")
     go([](auto t, auto d) { return v2::forward_kernel<decltype(t), decltype(d)::value>; });
   else if (pl.runs == "v3")
     go([](auto t, auto d) { return v3::forward_kernel<decltype(t), decltype(d)::value>; });
   else if (pl.runs == "v4")
     go([](auto t, auto d) { return v4::forward_kernel<decltype(t), decltype(d)::value>; });
-  else if (!v5_dispatch(pl, go, static_cast<V5Shapes*>(nullptr)))  // plan() checked the shape
-    throw Unsupported("--block-q/--block-k", "a compiled v5 shape", std::to_string(pl.Br) + "x" + std::to_string(pl.Bc));
+  else if (pl.runs == "v5")
+    found = dispatch_shape<V5>(pl, go, static_cast<V5Shapes*>(nullptr));
+  else
+    found = dispatch_shape<V6>(pl, go, static_cast<V6Shapes*>(nullptr));
+  if (!found)  // plan() checked the shape: unreachable unless the two disagree
+    throw Unsupported("--block-q/--block-k", "a compiled shape", std::to_string(pl.Br) + "x" + std::to_string(pl.Bc));
 }
 
 }  // namespace
 
-std::vector<BlockShape> v5_shapes() {
-  std::vector<BlockShape> list;
-  std::apply([&](auto... shape) { (list.push_back({16 * decltype(shape)::warps, decltype(shape)::Bc}), ...); },
-             V5Shapes{});
-  return list;
+std::vector<BlockShape> block_shapes(const std::string& kernel, int64_t d) {
+  if (kernel == "v5") return shape_list<V5>(d, static_cast<V5Shapes*>(nullptr));
+  if (kernel == "v6") return shape_list<V6>(d, static_cast<V6Shapes*>(nullptr));
+  return {};
 }
 
-BlockShape v5_default_shape(int64_t /*d*/) {
-  // Chosen by the sweep (bench BM_v5_shape; docs/results/bench_05_cuda_tiled.json, README): on the
-  // H200, 128 x 128 was the fastest shape, or within 2 % of it, at d = 64 and 128, N = 1024 and
-  // 8192, causal or not. The parameter stays: another GPU or head dim may want another shape.
-  return {128, 128};
+BlockShape default_shape(const std::string& kernel, int64_t d) {
+  // Chosen by the sweeps (bench BM_shape; docs/results/bench_05_cuda_tiled.json, README), on the
+  // H200. v5: 128 x 128 was the fastest shape, or within 2 % of it, at d = 64 and 128, N = 1024
+  // and 8192, causal or not.
+  if (kernel == "v5") return {128, 128};
+  if (kernel == "v6") return d <= 64 ? BlockShape{128, 64} : BlockShape{128, 32};
+  return {0, 0};
 }
 
 Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const Config& cfg) {
@@ -242,17 +283,19 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
                       std::to_string(p.d));
   Plan pl;
   pl.runs = kernel;
-  const bool tensor_cores = kernel == "v2" || kernel == "v3" || kernel == "v4" || kernel == "v5";
+  const bool tensor_cores = kernel == "v2" || kernel == "v3" || kernel == "v4" || kernel == "v5" || kernel == "v6";
+  const bool shaped = kernel == "v5" || kernel == "v6";  // takes --block-q/--block-k among its shapes
   if (tensor_cores && (dtype == fa::DType::fp32 || (p.d != 64 && p.d != 128))) {
     pl.runs = "v1";
     pl.note = kernel + " runs fp16/bf16 at d = 64 or 128 (tensor cores); ran v1 for " +
               fa::dtype_name(dtype) + " at d = " + std::to_string(p.d);
   }
   // The knobs mean nothing to the other kernels: refuse them rather than ignore them. v1 takes
-  // all three; v5 takes a block shape it is compiled for (--block-q, --block-k).
-  if (pl.runs != "v1" && (cfg.sram_bytes > 0 || ((cfg.Br > 0 || cfg.Bc > 0) && pl.runs != "v5")))
-    throw Unsupported(pl.runs == "v5" ? "--sram-bytes" : "--sram-bytes/--block-q/--block-k",
-                      pl.runs == "v5" ? "only with v1 (v5 takes --block-q/--block-k)" : "only with v1 or v5",
+  // all three; v5 and v6 take a block shape they are compiled for (--block-q, --block-k).
+  const bool runs_shaped = shaped && pl.runs == kernel;
+  if (pl.runs != "v1" && (cfg.sram_bytes > 0 || ((cfg.Br > 0 || cfg.Bc > 0) && !runs_shaped)))
+    throw Unsupported(runs_shaped ? "--sram-bytes" : "--sram-bytes/--block-q/--block-k",
+                      runs_shaped ? "only with v1 (" + kernel + " takes --block-q/--block-k)" : "only with v1, v5 or v6",
                       "kernel " + kernel + ", which runs " + pl.runs + " here");
   if (pl.runs == "v2" || pl.runs == "v3" || pl.runs == "v4") {
     pl.Br = 64, pl.Bc = 64;  // v2::Br, v2::Bc; v3 and v4 keep them
@@ -261,21 +304,22 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
     pl.smem_bytes = pl.runs == "v2" ? (D == 64 ? v2::smem_bytes<64>() : v2::smem_bytes<128>())
                                     : (D == 64 ? v3::smem_bytes<64>() : v3::smem_bytes<128>());
     pl.blocks = p.B * p.H * ceil_div(p.N_q, pl.Br);
-  } else if (pl.runs == "v5") {
-    const BlockShape def = v5_default_shape(p.d);
+  } else if (runs_shaped) {
+    const BlockShape def = default_shape(kernel, p.d);
     pl.Br = cfg.Br > 0 ? cfg.Br : def.Br;
     pl.Bc = cfg.Bc > 0 ? cfg.Bc : def.Bc;
     bool compiled = false;
     std::string list;
-    for (const BlockShape& sh : v5_shapes()) {
+    for (const BlockShape& sh : block_shapes(kernel, p.d)) {
       compiled = compiled || (sh.Br == pl.Br && sh.Bc == pl.Bc);
       list += (list.empty() ? "" : ", ") + std::to_string(sh.Br) + "x" + std::to_string(sh.Bc);
     }
     if (!compiled)
-      throw Unsupported("--block-q/--block-k", "a v5 shape Br x Bc among " + list,
+      throw Unsupported("--block-q/--block-k", "a " + kernel + " shape Br x Bc among " + list,
                         std::to_string(pl.Br) + "x" + std::to_string(pl.Bc));
-    pl.threads = 2 * pl.Br;  // a warp (32 threads) per 16 query rows
-    pl.smem_bytes = v5::smem_bytes(int(p.d), int(pl.Br / 16), int(pl.Bc));
+    const int64_t warps = pl.Br / (kernel == "v5" ? V5::rows_per_warp : V6::rows_per_warp);
+    pl.threads = 32 * warps;
+    pl.smem_bytes = kernel == "v5" ? V5::smem(p.d, warps, pl.Bc) : V6::smem(p.d, warps, pl.Bc);
     pl.blocks = p.B * p.H * ceil_div(p.N_q, pl.Br);
   } else if (pl.runs == "v1") {
     v1_blocks(p, cfg, pl.Br, pl.Bc);

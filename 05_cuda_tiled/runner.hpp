@@ -19,7 +19,7 @@
 
 namespace fa05 {
 
-// Knobs (0 = the default). v1 takes all three; v5 takes Br and Bc among v5_shapes().
+// Knobs (0 = the default). v1 takes all three; v5 and v6 take Br and Bc among block_shapes().
 struct Config {
   int64_t sram_bytes = 0;  // v1: M, the shared memory (bytes) the blocks are sized from (default 48 KiB)
   int64_t Br = 0;          // query rows per block (v1 default: from M, FA1 Alg. 1 line 1)
@@ -30,10 +30,11 @@ struct Config {
 struct BlockShape {
   int64_t Br, Bc;
 };
-// The shapes v5 is compiled for (the sweep runs them all), and the one it uses by default for
-// head dim d (the sweep's winner).
-std::vector<BlockShape> v5_shapes();
-BlockShape v5_default_shape(int64_t d);
+// The shapes a version with a choice of block shape (v5, v6) is compiled for at head dim d (its
+// sweep runs them all; empty for the others), and the one it uses by default for d (the sweep's
+// winner).
+std::vector<BlockShape> block_shapes(const std::string& kernel, int64_t d);
+BlockShape default_shape(const std::string& kernel, int64_t d);
 
 struct KernelInfo {
   std::string name;   // what --kernel takes: "v1", "cublas"
@@ -72,14 +73,14 @@ inline constexpr int64_t kMaxSmemSm90 = 227 * 1024;
 
 // Throws fa::InputError for an invalid problem (fa::validate) and Unsupported for one the kernel
 // cannot run (d > max_d, blocks whose shared memory exceeds kMaxSmemSm90, a grid past 2^31 - 1
-// blocks, a v5 shape it is not compiled for, a knob the kernel does not take); the message names
-// the flag. The tensor-core versions (v2 ... v5) run fp16/bf16 at d = 64 and 128; for anything
+// blocks, a block shape it is not compiled for, a knob the kernel does not take); the message
+// names the flag. The tensor-core versions (v2 ... v6) run fp16/bf16 at d = 64 and 128; for anything
 // else they fall back to v1, and the plan says so (runs, note).
 Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const Config& cfg = {});
 
 // Throws fa::InputError unless Q, K, V, O are aligned to the dtype's element size and LSE to 4
 // bytes, and Unsupported unless they are 16-byte aligned where pl runs a tensor-core version
-// (v2 ... v5). No CUDA call.
+// (v2 ... v6). No CUDA call.
 void check_alignment(const Plan& pl, fa::DType dtype, const void* Q, const void* K, const void* V,
                      const void* O, const float* LSE);
 

@@ -55,8 +55,8 @@ TEST_CASE("05 v2 (tensor cores): conformance battery in fp16 and bf16 (and fp32 
   }
 }
 
-TEST_CASE("05 v3, v4, v5: conformance battery in fp16 and bf16") {
-  for (const char* k : {"v3", "v4", "v5"})
+TEST_CASE("05 v3, v4, v5, v6: conformance battery in fp16 and bf16") {
+  for (const char* k : {"v3", "v4", "v5", "v6"})
     for (fa::DType t : {fa::DType::fp16, fa::DType::bf16}) {
       INFO(k << " dtype " << std::string(fa::dtype_name(t)));
       fa::check_forward_battery(stage_05_forward(k, t), false, storage(k, t));
@@ -85,26 +85,29 @@ TEST_CASE("05 ragged v2: N_q != N_k, causal, GQA at d = 64 and 128, fp16 and bf1
 TEST_CASE("05 ragged v3: N_q != N_k, causal, GQA at d = 64 and 128, fp16 and bf16") { check_ragged("v3"); }
 TEST_CASE("05 ragged v4: N_q != N_k, causal, GQA at d = 64 and 128, fp16 and bf16") { check_ragged("v4"); }
 TEST_CASE("05 ragged v5: N_q != N_k, causal, GQA at d = 64 and 128, fp16 and bf16") { check_ragged("v5"); }
+TEST_CASE("05 ragged v6: N_q != N_k, causal, GQA at d = 64 and 128, fp16 and bf16") { check_ragged("v6"); }
 
-// Every block shape v5 is compiled for (the sweep's candidates), not only the default one, with
-// N around 32, 64 and 128.
-TEST_CASE("05 v5: every compiled block shape, ragged and causal, bf16") {
+// Every block shape v5 and v6 are compiled for (the sweep's candidates), not only the default
+// one, with N around 32, 64, 128 and 256.
+void check_shapes(const char* k) {
   const int64_t sizes[][2] = {{1, 1},     {17, 17},   {31, 33},  {63, 65},  {127, 129},
                               {129, 127}, {200, 63},  {63, 200}, {257, 300}};
-  for (const fa05::BlockShape& sh : fa05::v5_shapes()) {
-    fa05::Config cfg;
-    cfg.Br = sh.Br, cfg.Bc = sh.Bc;
-    for (int64_t d : {64, 128})
+  for (int64_t d : {64, 128})
+    for (const fa05::BlockShape& sh : fa05::block_shapes(k, d)) {
+      fa05::Config cfg;
+      cfg.Br = sh.Br, cfg.Bc = sh.Bc;
       for (auto& nn : sizes)
         for (bool causal : {false, true}) {
-          const fa::Case c{"v5 " + std::to_string(sh.Br) + "x" + std::to_string(sh.Bc),
+          const fa::Case c{std::string(k) + " " + std::to_string(sh.Br) + "x" + std::to_string(sh.Bc),
                            make(1, 4, 2, nn[0], nn[1], d, causal), fa::Fill::HighDims};
-          CHECK(fa05::plan("v5", c.p, fa::DType::bf16, cfg).Br == sh.Br);
-          fa::check_forward_case(stage_05_forward("v5", fa::DType::bf16, cfg), c, false,
-                                 storage("v5", fa::DType::bf16));
+          CHECK(fa05::plan(k, c.p, fa::DType::bf16, cfg).Br == sh.Br);
+          fa::check_forward_case(stage_05_forward(k, fa::DType::bf16, cfg), c, false, storage(k, fa::DType::bf16));
         }
-  }
+    }
 }
+
+TEST_CASE("05 v5: every compiled block shape, ragged and causal, bf16") { check_shapes("v5"); }
+TEST_CASE("05 v6: every compiled block shape, ragged and causal, bf16") { check_shapes("v6"); }
 
 TEST_CASE("05 cublas (materialised baseline): conformance battery in fp32, fp16 and bf16") {
   for (fa::DType t : kDtypes) {
@@ -150,7 +153,7 @@ TEST_CASE("05: a problem a kernel cannot run is refused before the GPU runs") {
 }
 
 TEST_CASE("05: every kernel gives bit-identical results run after run (no race)") {
-  // d = 72: v1's odd layout (v2 ... v5 run v1 there); d = 64 and 128: the tensor-core kernels.
+  // d = 72: v1's odd layout (v2 ... v6 run v1 there); d = 64 and 128: the tensor-core kernels.
   for (const fa::AttnProblem& p : {make(2, 4, 2, 301, 257, 72, true), make(2, 4, 2, 301, 257, 64, true),
                                    make(1, 4, 1, 200, 333, 128, false)}) {
     const fa::Inputs in = fa::random_inputs(p, 11);

@@ -146,7 +146,7 @@ TEST_CASE("05 plan: v2 runs fp16/bf16 at d = 64, 128 with 64 x 64 blocks; v1 oth
   }
 }
 
-TEST_CASE("05 plan: v3, v4 double-buffer K and V; v5 takes a compiled shape, refuses others") {
+TEST_CASE("05 plan: v3, v4 double-buffer K and V; v5, v6 take a compiled shape, refuse others") {
   for (const char* k : {"v3", "v4"})
     for (int64_t d : {64, 128}) {
       const fa05::Plan pl = fa05::plan(k, make(2, 4, 2, 1000, 300, d, false), fa::DType::fp16);
@@ -157,26 +157,38 @@ TEST_CASE("05 plan: v3, v4 double-buffer K and V; v5 takes a compiled shape, ref
       CHECK(pl.smem_bytes == (64 + 4 * 64) * (d + 8) * 2);  // Q_i and two K_j, two V_j
       CHECK(fa05::plan(k, make(1, 1, 1, 100, 100, d, false), fa::DType::fp32).runs == "v1");
     }
-  REQUIRE(!fa05::v5_shapes().empty());
-  for (const fa05::BlockShape& sh : fa05::v5_shapes())
+  for (const char* k : {"v5", "v6"}) {
+    INFO(k);
+    const int64_t rows_per_warp = std::string(k) == "v5" ? 16 : 32;
     for (int64_t d : {64, 128}) {
-      fa05::Config cfg;
-      cfg.Br = sh.Br, cfg.Bc = sh.Bc;
-      const fa05::Plan pl = fa05::plan("v5", make(2, 4, 2, 1000, 300, d, true), fa::DType::bf16, cfg);
-      CHECK(pl.runs == "v5");
-      CHECK(pl.Br == sh.Br);
-      CHECK(pl.Bc == sh.Bc);
-      CHECK(pl.threads == 2 * sh.Br);  // a warp per 16 query rows
-      CHECK(pl.blocks == 2 * 4 * ((1000 + sh.Br - 1) / sh.Br));
-      CHECK(pl.smem_bytes == (sh.Br + 4 * sh.Bc) * (d + 8) * 2);
-      CHECK(pl.smem_bytes <= fa05::kMaxSmemSm90);
+      REQUIRE(!fa05::block_shapes(k, d).empty());
+      for (const fa05::BlockShape& sh : fa05::block_shapes(k, d)) {
+        fa05::Config cfg;
+        cfg.Br = sh.Br, cfg.Bc = sh.Bc;
+        const fa05::Plan pl = fa05::plan(k, make(2, 4, 2, 1000, 300, d, true), fa::DType::bf16, cfg);
+        CHECK(pl.runs == k);
+        CHECK(pl.Br == sh.Br);
+        CHECK(pl.Bc == sh.Bc);
+        CHECK(pl.threads == 32 * sh.Br / rows_per_warp);  // a warp per 16 (v5) or 32 (v6) query rows
+        CHECK(pl.blocks == 2 * 4 * ((1000 + sh.Br - 1) / sh.Br));
+        CHECK(pl.smem_bytes == (sh.Br + 4 * sh.Bc) * (d + 8) * 2);
+        CHECK(pl.smem_bytes <= fa05::kMaxSmemSm90);
+      }
     }
-  for (int64_t d : {64, 128}) {  // the default is one of the compiled shapes
-    const fa05::BlockShape def = fa05::v5_default_shape(d);
-    const fa05::Plan pl = fa05::plan("v5", make(1, 2, 2, 500, 500, d, false), fa::DType::bf16);
-    CHECK(pl.Br == def.Br);
-    CHECK(pl.Bc == def.Bc);
+    for (int64_t d : {64, 128}) {  // the default is one of the compiled shapes
+      const fa05::BlockShape def = fa05::default_shape(k, d);
+      const fa05::Plan pl = fa05::plan(k, make(1, 2, 2, 500, 500, d, false), fa::DType::bf16);
+      CHECK(pl.Br == def.Br);
+      CHECK(pl.Bc == def.Bc);
+    }
   }
+  CHECK(fa05::block_shapes("v4", 64).empty());
+  // v6 at d = 128 only with Bc = 32 (Bc = 64 would spill registers): refused, naming the flags.
+  fa05::Config wide;
+  wide.Br = 128, wide.Bc = 64;
+  CHECK(fa05::plan("v6", make(1, 1, 1, 64, 64, 64, false), fa::DType::bf16, wide).Bc == 64);
+  CHECK_THROWS_WITH_AS(fa05::plan("v6", make(1, 1, 1, 64, 64, 128, false), fa::DType::bf16, wide),
+                       doctest::Contains("--block-q/--block-k"), fa05::Unsupported);
   fa05::Config odd;
   odd.Br = 96, odd.Bc = 64;
   CHECK_THROWS_WITH_AS(fa05::plan("v5", make(1, 1, 1, 64, 64, 64, false), fa::DType::bf16, odd),
@@ -355,6 +367,7 @@ TEST_CASE("05 program: without a GPU, one line and exit code 2; bad flags are na
       {"--kernel v2 --dtype bf16 --block-k 32 --seq-q 64", "--sram-bytes/--block-q/--block-k"},
       {"--kernel v5 --dtype bf16 --block-q 96 --seq-q 64", "--block-q/--block-k"},  // not a compiled shape
       {"--kernel v5 --dtype bf16 --sram-bytes 65536 --seq-q 64", "--sram-bytes"},
+      {"--kernel v6 --dtype bf16 --block-q 64 --block-k 64 --seq-q 64", "--block-q/--block-k"},  // v6: Br >= 128
   };
   for (auto [args, flag] : bad) {
     INFO(args);

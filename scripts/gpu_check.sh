@@ -3,12 +3,13 @@
 # build for sm_90a from this tree, run every test (the GPU battery included), SASS and register
 # report, compute-sanitizer (memcheck, racecheck, synccheck, initcheck) on small ragged problems
 # for every kernel (stage 06's GPU backward too), stage 06 on the GPU beside the CPU, ncu on v1,
-# v2, v4, v5 and the cuBLAS baseline, the benchmark, the side-by-side with PyTorch's SDPA
+# v2, v4, v5, v6 and the cuBLAS baseline, the benchmark, the side-by-side with PyTorch's SDPA
 # backends, and the tour. Every log goes to LOG_DIR; a summary table is printed last.
 #
 #   scripts/gpu_check.sh LOG_DIR [PHASES]
 #     PHASES: comma-separated, default env,build,test,sass,sanitize,bwd,ncu,bench,compare,tour
-#     env: BENCH_FILTER (a --benchmark_filter regex), COMPARE_ARGS (e.g. --quick), CTEST_ARGS (e.g. -R 05)
+#     env: BENCH_FILTER (a --benchmark_filter regex), COMPARE_ARGS (e.g. --quick), CTEST_ARGS (e.g. -R 05),
+#          SANITIZE_KERNELS (e.g. "v6:bf16:0,1"), SANITIZE_BWD (tools for stage 06's GPU backward, "" for none)
 #
 # The GPU machine has no internet: what it lacks (CLI11's headers) travels in .gpu_deps/, made
 # here by scripts/pack_gpu_deps.sh (carry it with the tree). Builds in build-gpu/.
@@ -80,8 +81,8 @@ if has sanitize; then
           "--batch 1 --heads 2 --kv-heads 1 --seq-q 33 --seq-k 130 --head-dim 128"
           "--batch 2 --heads 3 --kv-heads 1 --seq-q 50 --seq-k 29 --head-dim 40 --causal")
   for tool in memcheck racecheck synccheck initcheck; do
-    for kd in v1:fp32:0,1,2 v1:bf16:0,1,2 v2:bf16:0,1 v2:fp16:0,1 v3:bf16:0,1 v4:bf16:0,1 v5:bf16:0,1 \
-      v5:fp16:0,1 cublas:fp32:0,1 cublas:bf16:0,1; do
+    for kd in ${SANITIZE_KERNELS:-v1:fp32:0,1,2 v1:bf16:0,1,2 v2:bf16:0,1 v2:fp16:0,1 v3:bf16:0,1 v4:bf16:0,1 \
+      v5:bf16:0,1 v5:fp16:0,1 v6:bf16:0,1 v6:fp16:0,1 cublas:fp32:0,1 cublas:bf16:0,1}; do
       IFS=: read -r k dt idx <<<"$kd"
       for i in ${idx//,/ }; do
         NOTE="ERROR SUMMARY" step "san_${tool}_${k}_${dt}_$i" 300 compute-sanitizer --tool $tool --error-exitcode 9 \
@@ -90,7 +91,7 @@ if has sanitize; then
     done
   done
   # Stage 06's GPU backward (fp32): the same tools on the two ragged causal/GQA shapes.
-  for tool in memcheck racecheck synccheck initcheck; do
+  for tool in ${SANITIZE_BWD:-memcheck racecheck synccheck initcheck}; do
     for i in 0 2; do
       NOTE="ERROR SUMMARY" step "san_${tool}_bwd_gpu_v1_$i" 300 compute-sanitizer --tool $tool --error-exitcode 9 \
         $BUILD/06_backward_recompute/06_backward_recompute --device gpu ${shapes[$i]} --no-check
@@ -119,8 +120,10 @@ if has ncu; then
     step ncu_$k 300 ncu --clock-control none --set detailed -k regex:forward_kernel -c 1 \
       $BIN/05_cuda_tiled --kernel $k --dtype bf16 --batch 4 --heads 32 --seq-q 4096 --head-dim 64 --no-check
   done
-  step ncu_v5_d128 300 ncu --clock-control none --set detailed -k regex:forward_kernel -c 1 \
-    $BIN/05_cuda_tiled --kernel v5 --dtype bf16 --batch 2 --heads 16 --seq-q 8192 --head-dim 128 --no-check
+  for k in v5 v6; do
+    step ncu_${k}_d128 300 ncu --clock-control none --set detailed -k regex:forward_kernel -c 1 \
+      $BIN/05_cuda_tiled --kernel $k --dtype bf16 --batch 2 --heads 16 --seq-q 8192 --head-dim 128 --no-check
+  done
   step ncu_cublas 300 ncu --clock-control none --section SpeedOfLight -c 4 \
     $BIN/05_cuda_tiled --kernel cublas --dtype bf16 --batch 4 --heads 32 --seq-q 4096 --head-dim 64 --no-check
 fi

@@ -13,6 +13,9 @@ KINDs:
                                                     % of the cuBLAS GEMM of the same run, extra
                                                     GPU memory, at N = ARG (default 16384)
   sram:docs/results/bench_05_cuda_tiled.json        v1 across shared-memory budgets M
+  versions:docs/results/compare_torch_05.json:8192  the path v1 -> v5: each version's TFLOP/s and
+                                                    its ratio to SDPA flash at N = ARG, bf16
+  shape:docs/results/bench_05_cuda_tiled.json:v5    the block-shape sweep of v5 or v6 (BM_shape)
 Usage: python3 tools/gpu_tables.py [README.md ...]   (default: every README.md in the repo)
 Standard library only.
 """
@@ -25,7 +28,8 @@ from bench_tables import rewrite_readmes  # the README walk, shared (same folder
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BLOCK = re.compile(r"(<!-- gpu:(?P<kind>\w+):(?P<src>[^ :]+)(?::(?P<arg>[^ ]+))? -->\n)(?P<body>.*?)(<!-- /gpu -->)", re.S)
-IMPLS = ["fa05 v1", "fa05 v2", "fa05 cublas", "sdpa flash", "sdpa cudnn", "sdpa efficient", "sdpa math"]
+VERSIONS = ["fa05 v1", "fa05 v2", "fa05 v3", "fa05 v4", "fa05 v5", "fa05 v6"]
+IMPLS = VERSIONS + ["fa05 cublas", "sdpa flash", "sdpa cudnn", "sdpa efficient", "sdpa math"]
 
 
 def fmt_bytes(n):
@@ -40,8 +44,9 @@ def compare_table(src, dtype, link):
     rows = [r for r in data["rows"] if r["dtype"] == dtype]
     impls = [i for i in IMPLS if any(r["impl"] == i and r["ms"] for r in rows)]
     head = "| d | causal | N | B x H | " + " | ".join(f"`{i}`" for i in impls)
-    has_flash = "sdpa flash" in impls and "fa05 v2" in impls
-    head += " | v2 / flash |" if has_flash else " |"
+    last = next((v for v in reversed(VERSIONS[1:]) if v in impls), None)  # the newest tensor-core version
+    has_flash = "sdpa flash" in impls and last is not None
+    head += f" | {last.split()[1]} / flash |" if has_flash else " |"
     out = [head, "|" + "---:|" * (4 + len(impls) + (1 if has_flash else 0))]
     keys = sorted({(r["d"], r["causal"], r["N"]) for r in rows})
     for d, causal, n in keys:
@@ -52,7 +57,7 @@ def compare_table(src, dtype, link):
             r = cell.get(i)
             line += f" {r['tflops']:.1f} |" if r and r["tflops"] else " - |"
         if has_flash:
-            v2, fl = cell.get("fa05 v2"), cell.get("sdpa flash")
+            v2, fl = cell.get(last), cell.get("sdpa flash")
             line += f" {v2['tflops'] / fl['tflops']:.2f} |" if v2 and fl and v2["tflops"] and fl["tflops"] else " - |"
         out.append(line)
     out.append("")
@@ -132,7 +137,56 @@ def sram_table(src, _, link):
     return "\n".join(out) + "\n"
 
 
-KINDS = {"compare": compare_table, "bench": bench_table, "sram": sram_table}
+def versions_table(src, n_arg, link):
+    data = json.loads((ROOT / src).read_text())
+    n = int(n_arg or 8192)
+    rows = [r for r in data["rows"] if r["dtype"] == "bf16" and r["N"] == n]
+    cols = [(64, False), (64, True), (128, False), (128, True)]
+    at = {(r["impl"], r["d"], r["causal"]): r["tflops"] for r in rows}
+    head = "| version | " + " | ".join(f"d = {d}{', causal' if c else ''}" for d, c in cols) + " |"
+    out = [head, "|---|" + "---:|" * len(cols)]
+    for impl in VERSIONS + ["sdpa flash", "sdpa cudnn"]:
+        cells = []
+        for d, c in cols:
+            tf, fl = at.get((impl, d, c)), at.get(("sdpa flash", d, c))
+            cells.append(f"{tf:.0f} ({tf / fl:.2f}x)" if tf and fl else "-")
+        out.append(f"| `{impl}` | " + " | ".join(cells) + " |")
+    out.append("")
+    out.append(f"bf16 forward TFLOP/s at N = {n} (B = {16384 // n}, H = 2048/d) and, in brackets, the ratio to "
+               f"SDPA's flash backend (FlashAttention-2) in the same process; measured {data['date']} on an "
+               f"{data['device']} by `scripts/gpu_check.sh` (`tools/compare_torch.py`); source: [{src}]({link}).")
+    return "\n".join(out) + "\n"
+
+
+def shape_table(src, kernel, link):
+    data, rows = bench_rows(src)
+    rows = [b for b in rows if b["name"].startswith("BM_shape") and b["label"].startswith(kernel + ":")]
+    cols = sorted({(args(b["name"])["d"], args(b["name"])["causal"], args(b["name"])["N"]) for b in rows})
+    shapes = sorted({(int(b["Br"]), int(b["Bc"])) for b in rows})
+    tf = {}
+    for b in rows:
+        a = args(b["name"])
+        tf[(a["Br"], a["Bc"], a["d"], a["causal"], a["N"])] = b["TFLOP/s"]
+    rows_per_warp = 16 if kernel == "v5" else 32
+    out = ["| Br x Bc | warps | " + " | ".join(f"d={d} {'c' if c else 'nc'} N={n}" for d, c, n in cols) + " |",
+           "|---|---:|" + "---:|" * len(cols)]
+    for br, bc in shapes:
+        cells = []
+        for d, c, n in cols:
+            v = tf.get((br, bc, d, c, n))
+            best = max(tf.get((s[0], s[1], d, c, n), 0) for s in shapes)
+            cells.append("-" if v is None else (f"**{v:.0f}**" if v == best else f"{v:.0f}"))
+        out.append(f"| {br} x {bc} | {br // rows_per_warp} | " + " | ".join(cells) + " |")
+    ctx = data["context"]
+    out.append("")
+    out.append(f"{kernel} in bf16, TFLOP/s (bold: the fastest shape of the column); nc/c: not causal/causal; "
+               f"B = 16384/N, H = 2048/d. Measured {ctx['date'][:10]} on an {ctx.get('gpu', '?')} by "
+               f"`scripts/gpu_check.sh` (`bench_05_cuda_tiled --benchmark_filter=BM_shape`); source: [{src}]({link}).")
+    return "\n".join(out) + "\n"
+
+
+KINDS = {"compare": compare_table, "bench": bench_table, "sram": sram_table, "versions": versions_table,
+         "shape": shape_table}
 
 
 def main(paths):

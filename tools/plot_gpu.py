@@ -1,8 +1,10 @@
 """Plot stage 05 beside PyTorch's SDPA backends from docs/results/compare_torch_05.json.
 
   docs/img/gpu_tflops_vs_N.png   bf16 forward TFLOP/s vs N, d = 64 and 128, causal and not: our
-                                 kernels (v1, v2, the cuBLAS materialised baseline) and SDPA's
+                                 kernels (v1 ... v6, the cuBLAS materialised baseline) and SDPA's
                                  flash, cuDNN, efficient and math backends, measured in one process
+  docs/img/gpu_versions.png      the path from v1 to v6: bf16 TFLOP/s per version at N = 8192,
+                                 with SDPA's flash (FlashAttention-2) and cuDNN as lines
 
 Usage: python3 tools/plot_gpu.py [--results docs/results] [--out docs/img]
 (tools/plots.sh makes the venv with matplotlib and runs every plot script.)
@@ -19,6 +21,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 STYLE = {
     "fa05 v1": ("tab:red", "o", "-"),
     "fa05 v2": ("tab:blue", "s", "-"),
+    "fa05 v3": ("tab:cyan", "s", "-"),
+    "fa05 v4": ("tab:olive", "s", "-"),
+    "fa05 v5": ("tab:brown", "*", "-"),
+    "fa05 v6": ("tab:pink", "P", "-"),
     "fa05 cublas": ("tab:orange", "^", "-"),
     "sdpa flash": ("black", "D", "--"),
     "sdpa cudnn": ("tab:gray", "v", "--"),
@@ -52,6 +58,31 @@ def main():
     fig.tight_layout()
     os.makedirs(a.out, exist_ok=True)
     path = os.path.join(a.out, "gpu_tflops_vs_N.png")
+    fig.savefig(path, dpi=110)
+    print("wrote", path)
+    versions(rows, data, a.out)
+
+
+def versions(rows, data, out, n=8192):
+    """Bars: TFLOP/s of each version at N = n, four panels (d, causal); flash and cuDNN as lines."""
+    names = [v for v in ("fa05 v1", "fa05 v2", "fa05 v3", "fa05 v4", "fa05 v5", "fa05 v6") if any(r["impl"] == v for r in rows)]
+    fig, axes = plt.subplots(1, 4, figsize=(15, 4), sharey=True)
+    for ax, (d, causal) in zip(axes, [(64, False), (64, True), (128, False), (128, True)]):
+        at = {r["impl"]: r["tflops"] for r in rows if r["N"] == n and r["d"] == d and r["causal"] == causal}
+        vals = [at.get(v, 0) for v in names]
+        ax.bar([v.split()[1] for v in names], vals, color=[STYLE[v][0] for v in names])
+        for x, y in enumerate(vals):
+            ax.text(x, y, f"{y:.0f}", ha="center", va="bottom", fontsize=8)
+        for ref, ls in (("sdpa flash", "--"), ("sdpa cudnn", ":")):
+            if ref in at:
+                ax.axhline(at[ref], color="black", ls=ls, lw=1, label=f"{ref} {at[ref]:.0f}")
+        ax.set_title(f"d = {d}, {'causal' if causal else 'not causal'}, N = {n}")
+        ax.legend(fontsize=7, loc="upper left")
+        ax.grid(True, axis="y", alpha=0.3)
+    axes[0].set_ylabel("TFLOP/s (bf16 forward)")
+    fig.suptitle(f"Stage 05, one idea per version, {data['device']}, {data['date']} (tools/compare_torch.py)")
+    fig.tight_layout()
+    path = os.path.join(out, "gpu_versions.png")
     fig.savefig(path, dpi=110)
     print("wrote", path)
 
