@@ -305,6 +305,15 @@ int stage_main(int argc, char** argv, const Stage& stage,
           << num(tflops) << " TFLOP/s, extra GPU memory " << human_bytes(fr.gpu_extra_bytes) << " ("
           << fr.gpu_extra_bytes << " bytes); dtype " << f.dtype << "\n";
     }
+    if (bwd && br.gpu_ms >= 0) {  // a GPU backward: the same, by the 2.5x FLOP convention
+      const double tflops = in.p.backward_flops() / (br.gpu_ms * 1e9);
+      j["backward"]["gpu_ms"] = br.gpu_ms;
+      j["backward"]["gpu_extra_bytes"] = br.gpu_extra_bytes;
+      j["backward"]["gpu_tflops"] = tflops;
+      txt << "  gpu bwd  : " << num(br.gpu_ms) << " ms kernel time (CUDA events, one warm call), "
+          << num(tflops) << " TFLOP/s (2.5x the forward's FLOPs), extra GPU memory "
+          << human_bytes(br.gpu_extra_bytes) << " (" << br.gpu_extra_bytes << " bytes)\n";
+    }
 
     if (base) {
       const ForwardErrors e = base->compare(fr);

@@ -91,7 +91,7 @@ if has sanitize; then
     done
   done
   # Stage 06's GPU backward (fp32): the same tools on the two ragged causal/GQA shapes.
-  for tool in ${SANITIZE_BWD:-memcheck racecheck synccheck initcheck}; do
+  for tool in ${SANITIZE_BWD-memcheck racecheck synccheck initcheck}; do
     for i in 0 2; do
       NOTE="ERROR SUMMARY" step "san_${tool}_bwd_gpu_v1_$i" 300 compute-sanitizer --tool $tool --error-exitcode 9 \
         $BUILD/06_backward_recompute/06_backward_recompute --device gpu ${shapes[$i]} --no-check

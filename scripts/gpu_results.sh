@@ -43,14 +43,18 @@ for LOG in "$@"; do
   done
   # ctest of each run, numbered like the summaries (runs may test different parts).
   [ -f "$LOG/ctest.log" ] && cp "$LOG/ctest.log" "docs/results/gpu_check/ctest_run$n.log"
-  # One file for every compute-sanitizer run, each headed by what it ran (its log file's name).
+done
+# One file for every compute-sanitizer run of every folder, each headed by its run and what it ran.
+n=0
+for LOG in "$@"; do
+  n=$((n + 1))
   if compgen -G "$LOG/san_*.log" >/dev/null; then
     for f in "$LOG"/san_*.log; do
-      echo "=== compute-sanitizer: $(basename "$f" .log) (tool, kernel, dtype, shape index of scripts/gpu_check.sh)"
+      echo "=== run $n: compute-sanitizer $(basename "$f" .log) (tool, kernel, dtype, shape index of scripts/gpu_check.sh)"
       cat "$f"
-    done >docs/results/gpu_check/sanitizers.log
+    done
   fi
-done
+done >docs/results/gpu_check/sanitizers.log
 rm -f docs/results/gpu_check/ctest.log
 python3 tools/gpu_tables.py
 tools/plots.sh
