@@ -28,10 +28,6 @@ fa::ForwardFn with_blocks(int64_t Br, int64_t Bc, int threads = 0) {
   };
 }
 
-bool same_bits(const fa::Tensor& a, const fa::Tensor& b) {
-  return a.numel() == b.numel() && std::memcmp(a.ptr(), b.ptr(), a.numel() * sizeof(float)) == 0;
-}
-
 }  // namespace
 
 TEST_CASE("04_tiled_cpu: conformance battery, default blocks (from M = L2)") {
@@ -75,8 +71,8 @@ TEST_CASE("04_tiled_cpu: 1, 2 and 4 threads give bit-identical O and LSE") {
       for (int t : {2, 4}) {
         INFO("threads " << t);
         const fa::ForwardRun many = fa::run_forward(with_blocks(Br, Bc, t), in);
-        CHECK(same_bits(one.O, many.O));
-        CHECK(same_bits(one.LSE, many.LSE));
+        CHECK(fa::same_bits(one.O, many.O));
+        CHECK(fa::same_bits(one.LSE, many.LSE));
       }
     }
   }

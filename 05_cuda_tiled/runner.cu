@@ -203,7 +203,7 @@ std::vector<BlockShape> shape_list(int64_t d, std::tuple<S...>*) {
   return list;
 }
 
-// Launches a tensor-core kernel (v2 ... v5) for the dtype and head dim of the problem:
+// Launches a tensor-core kernel (v2 ... v6) for the dtype and head dim of the problem:
 // make(T, D) returns the kernel function for T = __half/__nv_bfloat16, D = 64/128.
 template <class Make>
 void tc_launch(const fa::AttnProblem& p, fa::DType dtype, const void* Q, const void* K, const void* V,
@@ -224,20 +224,20 @@ void tc_launch(const fa::AttnProblem& p, fa::DType dtype, const void* Q, const v
 }
 
 // Ver compiled for shape S, if S is the plan's shape.
-// (Only head dims up to S::max_d are compiled; plan() never picks S above it, and the D = 64
-// kernel stands in for the type.)
+// (Only head dims up to S::max_d are compiled; above it the D = 64 kernel stands in for the type
+// and is never launched: a plan with d > max_d does not match.)
 template <class Ver, class S, class Go>
-bool if_shape(const Plan& pl, Go go) {
-  if (pl.threads != 32 * S::warps || pl.Bc != S::Bc) return false;
-  go([](auto t, auto d) {
-    constexpr int D = decltype(d)::value <= S::max_d ? decltype(d)::value : 64;
+bool if_shape(const Plan& pl, int64_t d, Go go) {
+  if (pl.threads != 32 * S::warps || pl.Bc != S::Bc || d > S::max_d) return false;
+  go([](auto t, auto dt) {
+    constexpr int D = decltype(dt)::value <= S::max_d ? decltype(dt)::value : 64;
     return Ver::template kernel<decltype(t), D, S::warps, S::Bc>();
   });
   return true;
 }
 template <class Ver, class Go, class... S>
-bool dispatch_shape(const Plan& pl, Go go, std::tuple<S...>*) {
-  return (if_shape<Ver, S>(pl, go) || ...);
+bool dispatch_shape(const Plan& pl, int64_t d, Go go, std::tuple<S...>*) {
+  return (if_shape<Ver, S>(pl, d, go) || ...);
 }
 
 void tc_forward(const fa::AttnProblem& p, fa::DType dtype, const void* Q, const void* K, const void* V,
@@ -251,9 +251,9 @@ void tc_forward(const fa::AttnProblem& p, fa::DType dtype, const void* Q, const 
   else if (pl.runs == "v4")
     go([](auto t, auto d) { return v4::forward_kernel<decltype(t), decltype(d)::value>; });
   else if (pl.runs == "v5")
-    found = dispatch_shape<V5>(pl, go, static_cast<V5Shapes*>(nullptr));
+    found = dispatch_shape<V5>(pl, p.d, go, static_cast<V5Shapes*>(nullptr));
   else
-    found = dispatch_shape<V6>(pl, go, static_cast<V6Shapes*>(nullptr));
+    found = dispatch_shape<V6>(pl, p.d, go, static_cast<V6Shapes*>(nullptr));
   if (!found)  // plan() checked the shape: unreachable unless the two disagree
     throw Unsupported("--block-q/--block-k", "a compiled shape", std::to_string(pl.Br) + "x" + std::to_string(pl.Bc));
 }

@@ -29,16 +29,6 @@ fa::Storage storage(const std::string& kernel, fa::DType t) {
   return {t, fa05::kernel_info(kernel).P_in_dtype};
 }
 
-fa::AttnProblem make(int64_t B, int64_t H, int64_t Hkv, int64_t Nq, int64_t Nk, int64_t d, bool causal) {
-  fa::AttnProblem p;
-  p.B = B, p.H = H, p.H_kv = Hkv, p.N_q = Nq, p.N_k = Nk, p.d = d, p.causal = causal;
-  return p;
-}
-
-bool same_bits(const fa::Tensor& a, const fa::Tensor& b) {
-  return a.numel() == b.numel() && std::memcmp(a.ptr(), b.ptr(), size_t(a.numel()) * sizeof(float)) == 0;
-}
-
 }  // namespace
 
 TEST_CASE("05 v1: conformance battery in fp32, fp16 and bf16") {
@@ -73,7 +63,7 @@ void check_ragged(const char* k) {
   for (int64_t d : {64, 128})
     for (auto& nn : kRaggedSizes)
       for (bool causal : {false, true}) {
-        const fa::Case c{std::string(k) + " shape", make(2, 4, 2, nn[0], nn[1], d, causal), fa::Fill::HighDims};
+        const fa::Case c{std::string(k) + " shape", fa::make_problem(2, 4, 2, nn[0], nn[1], d, causal), fa::Fill::HighDims};
         for (fa::DType t : {fa::DType::fp16, fa::DType::bf16}) {
           CHECK(fa05::plan(k, c.p, t).runs == k);
           fa::check_forward_case(stage_05_forward(k, t), c, false, storage(k, t));
@@ -99,7 +89,7 @@ void check_shapes(const char* k) {
       for (auto& nn : sizes)
         for (bool causal : {false, true}) {
           const fa::Case c{std::string(k) + " " + std::to_string(sh.Br) + "x" + std::to_string(sh.Bc),
-                           make(1, 4, 2, nn[0], nn[1], d, causal), fa::Fill::HighDims};
+                           fa::make_problem(1, 4, 2, nn[0], nn[1], d, causal), fa::Fill::HighDims};
           CHECK(fa05::plan(k, c.p, fa::DType::bf16, cfg).Br == sh.Br);
           fa::check_forward_case(stage_05_forward(k, fa::DType::bf16, cfg), c, false, storage(k, fa::DType::bf16));
         }
@@ -138,24 +128,24 @@ TEST_CASE("05 v1: head dims 1 .. 256, ragged, causal, GQA, every dtype") {
   for (int64_t d : {1, 2, 3, 96, 100, 129, 160, 192, 200, 255, 256})
     for (bool causal : {false, true}) {
       const fa::Case c{"head dim " + std::to_string(d) + (causal ? " causal" : ""),
-                       make(2, 4, 2, 67, causal ? 45 : 131, d, causal), fa::Fill::HighDims};
+                       fa::make_problem(2, 4, 2, 67, causal ? 45 : 131, d, causal), fa::Fill::HighDims};
       for (fa::DType t : kDtypes) fa::check_forward_case(stage_05_forward("v1", t), c, false, storage("v1", t));
     }
 }
 
 TEST_CASE("05: a problem a kernel cannot run is refused before the GPU runs") {
-  const fa::Inputs in = fa::random_inputs(make(1, 1, 1, 8, 8, 257, false), 1);
+  const fa::Inputs in = fa::random_inputs(fa::make_problem(1, 1, 1, 8, 8, 257, false), 1);
   CHECK_THROWS_AS(fa::run_forward(stage_05_forward("v1", fa::DType::fp32), in), fa05::Unsupported);
   fa05::Config huge;
   huge.Br = 4096, huge.Bc = 4096;
-  const fa::Inputs in2 = fa::random_inputs(make(1, 1, 1, 5000, 5000, 64, false), 1);
+  const fa::Inputs in2 = fa::random_inputs(fa::make_problem(1, 1, 1, 5000, 5000, 64, false), 1);
   CHECK_THROWS_AS(fa::run_forward(stage_05_forward("v1", fa::DType::fp32, huge), in2), fa05::Unsupported);
 }
 
 TEST_CASE("05: every kernel gives bit-identical results run after run (no race)") {
   // d = 72: v1's odd layout (v2 ... v6 run v1 there); d = 64 and 128: the tensor-core kernels.
-  for (const fa::AttnProblem& p : {make(2, 4, 2, 301, 257, 72, true), make(2, 4, 2, 301, 257, 64, true),
-                                   make(1, 4, 1, 200, 333, 128, false)}) {
+  for (const fa::AttnProblem& p : {fa::make_problem(2, 4, 2, 301, 257, 72, true), fa::make_problem(2, 4, 2, 301, 257, 64, true),
+                                   fa::make_problem(1, 4, 1, 200, 333, 128, false)}) {
     const fa::Inputs in = fa::random_inputs(p, 11);
     for (const fa05::KernelInfo& k : fa05::kernels())
       for (fa::DType t : kDtypes) {
@@ -164,15 +154,15 @@ TEST_CASE("05: every kernel gives bit-identical results run after run (no race)"
         const fa::ForwardRun a = fa::run_forward(f, in);
         for (int rep = 0; rep < 3; ++rep) {
           const fa::ForwardRun b = fa::run_forward(f, in);
-          CHECK(same_bits(a.O, b.O));
-          CHECK(same_bits(a.LSE, b.LSE));
+          CHECK(fa::same_bits(a.O, b.O));
+          CHECK(fa::same_bits(a.LSE, b.LSE));
         }
       }
   }
 }
 
 TEST_CASE("05: extra GPU memory measured equals the plan (v1: none; cublas: S and P)") {
-  const fa::AttnProblem p = make(2, 4, 1, 300, 200, 64, true);
+  const fa::AttnProblem p = fa::make_problem(2, 4, 1, 300, 200, 64, true);
   const fa::Inputs in = fa::random_inputs(p, 2);
   for (const fa05::KernelInfo& k : fa05::kernels())
     for (fa::DType t : kDtypes) {
@@ -190,7 +180,7 @@ TEST_CASE("05: extra GPU memory measured equals the plan (v1: none; cublas: S an
 // cheap; bf16 halves the upload).
 TEST_CASE("05 v1: offsets past 2^31 elements (Q, O of 2^31 + 8192 elements, bf16)") {
   const int64_t d = 64, N_q = (int64_t(1) << 31) / d + 128, N_k = 24;
-  fa::AttnProblem p = make(1, 1, 1, N_q, N_k, d, true);
+  fa::AttnProblem p = fa::make_problem(1, 1, 1, N_q, N_k, d, true);
   fa::Inputs in;
   in.p = p;
   in.Q = fa::Tensor({1, 1, N_q, d});
@@ -211,7 +201,7 @@ TEST_CASE("05 v1: offsets past 2^31 elements (Q, O of 2^31 + 8192 elements, bf16
   for (int64_t i = (int64_t(1) << 31) / d - 32; i < (int64_t(1) << 31) / d + 32; ++i) rows.push_back(i);
   double worst = 0;
   for (int64_t i : rows) {
-    fa::AttnProblem one = make(1, 1, 1, 1, N_k, d, false);
+    fa::AttnProblem one = fa::make_problem(1, 1, 1, 1, N_k, d, false);
     fa::Tensor q({1, 1, 1, d});
     std::memcpy(q.ptr(), in.Q.ptr() + i * d, size_t(d) * sizeof(float));
     // Causal bottom-right with N_q > N_k: row i sees keys j <= i + N_k - N_q.
@@ -236,7 +226,7 @@ TEST_CASE("05 v1: offsets past 2^31 elements (Q, O of 2^31 + 8192 elements, bf16
 }
 
 TEST_CASE("05: the C ABI (libfa05.so) computes what the C++ path computes") {
-  for (const fa::AttnProblem& p : {make(2, 6, 3, 77, 45, 40, true), make(2, 6, 3, 77, 45, 64, true)})
+  for (const fa::AttnProblem& p : {fa::make_problem(2, 6, 3, 77, 45, 40, true), fa::make_problem(2, 6, 3, 77, 45, 64, true)})
   for (const fa05::KernelInfo& k : fa05::kernels())
     for (fa::DType t : kDtypes) {
       const fa::Inputs in = fa::random_inputs(p, 9);
@@ -262,8 +252,8 @@ TEST_CASE("05: the C ABI (libfa05.so) computes what the C++ path computes") {
       FA_CUDA_CHECK(cudaMemcpy(ho.data(), dO.get(), ho.size(), cudaMemcpyDeviceToHost));
       FA_CUDA_CHECK(cudaMemcpy(L.ptr(), dl.get(), size_t(L.numel()) * 4, cudaMemcpyDeviceToHost));
       fa::decode(t, ho.data(), p.q_elems(), O.ptr());
-      CHECK(same_bits(O, ref.O));
-      CHECK(same_bits(L, ref.LSE));
+      CHECK(fa::same_bits(O, ref.O));
+      CHECK(fa::same_bits(L, ref.LSE));
     }
   // Errors are codes with a message, never a crash; an unsupported d is told from a bad argument.
   fa::DeviceBuffer<float> buf(64, fa::Mem::Io);

@@ -21,12 +21,6 @@
 
 namespace {
 
-fa::AttnProblem make(int64_t B, int64_t H, int64_t Hkv, int64_t Nq, int64_t Nk, int64_t d, bool causal) {
-  fa::AttnProblem p;
-  p.B = B, p.H = H, p.H_kv = Hkv, p.N_q = Nq, p.N_k = Nk, p.d = d, p.causal = causal;
-  return p;
-}
-
 struct Result {
   int code;
   std::string out, err;
@@ -65,7 +59,7 @@ TEST_CASE("05 plan: v1 blocks follow FA1 Alg. 1 line 1 with M = 48 KiB, clamped 
   for (const Want w : {Want{1, 1, 3072}, Want{16, 16, 192}, Want{64, 48, 48}, Want{100, 31, 31},
                        Want{128, 24, 24}, Want{200, 16, 16}, Want{256, 12, 12}}) {
     INFO("d = " << w.d);
-    const fa05::Plan pl = fa05::plan("v1", make(1, 2, 2, 4096, 4096, w.d, false), fa::DType::bf16);
+    const fa05::Plan pl = fa05::plan("v1", fa::make_problem(1, 2, 2, 4096, 4096, w.d, false), fa::DType::bf16);
     CHECK(pl.Br == w.Br);
     CHECK(pl.Bc == w.Bc);
     CHECK(pl.threads == 128);
@@ -75,60 +69,60 @@ TEST_CASE("05 plan: v1 blocks follow FA1 Alg. 1 line 1 with M = 48 KiB, clamped 
     CHECK(pl.smem_bytes == 4 * (2 * w.Br * w.d + w.Bc * (w.d | 1) + w.Bc * w.d + w.Br * (w.Bc + 1) + 3 * w.Br));
   }
   // No block larger than the problem; explicit Br, Bc and M win.
-  const fa05::Plan small = fa05::plan("v1", make(1, 1, 1, 5, 3, 64, false), fa::DType::fp32);
+  const fa05::Plan small = fa05::plan("v1", fa::make_problem(1, 1, 1, 5, 3, 64, false), fa::DType::fp32);
   CHECK(small.Br == 5);
   CHECK(small.Bc == 3);
   fa05::Config cfg;
   cfg.Br = 7, cfg.Bc = 13;
-  const fa05::Plan custom = fa05::plan("v1", make(1, 1, 1, 100, 100, 64, false), fa::DType::fp32, cfg);
+  const fa05::Plan custom = fa05::plan("v1", fa::make_problem(1, 1, 1, 100, 100, 64, false), fa::DType::fp32, cfg);
   CHECK(custom.Br == 7);
   CHECK(custom.Bc == 13);
   CHECK(custom.blocks == 15);
   fa05::Config m;
   m.sram_bytes = 96 * 1024;  // 24576 floats: Bc = 96 at d = 64, Br = 64
-  const fa05::Plan big = fa05::plan("v1", make(1, 1, 1, 1000, 1000, 64, false), fa::DType::fp32, m);
+  const fa05::Plan big = fa05::plan("v1", fa::make_problem(1, 1, 1, 1000, 1000, 64, false), fa::DType::fp32, m);
   CHECK(big.Bc == 96);
   CHECK(big.Br == 64);
 }
 
 TEST_CASE("05 plan: what a kernel cannot run is refused with the flag to change") {
-  CHECK_THROWS_WITH_AS(fa05::plan("v1", make(1, 1, 1, 8, 8, 257, false), fa::DType::fp32),
+  CHECK_THROWS_WITH_AS(fa05::plan("v1", fa::make_problem(1, 1, 1, 8, 8, 257, false), fa::DType::fp32),
                        doctest::Contains("--head-dim"), fa05::Unsupported);
   fa05::Config huge;
   huge.sram_bytes = 1 << 20;  // blocks needing ~1 MiB of shared memory
-  CHECK_THROWS_WITH_AS(fa05::plan("v1", make(1, 1, 1, 4096, 4096, 64, false), fa::DType::fp32, huge),
+  CHECK_THROWS_WITH_AS(fa05::plan("v1", fa::make_problem(1, 1, 1, 4096, 4096, 64, false), fa::DType::fp32, huge),
                        doctest::Contains("--sram-bytes"), fa05::Unsupported);
-  CHECK_THROWS_WITH_AS(fa05::plan("v9", make(1, 1, 1, 8, 8, 64, false), fa::DType::fp32),
+  CHECK_THROWS_WITH_AS(fa05::plan("v9", fa::make_problem(1, 1, 1, 8, 8, 64, false), fa::DType::fp32),
                        doctest::Contains("--kernel"), fa::InputError);
-  CHECK_THROWS_WITH_AS(fa05::plan("v1", make(1, 3, 2, 8, 8, 64, false), fa::DType::fp32),
+  CHECK_THROWS_WITH_AS(fa05::plan("v1", fa::make_problem(1, 3, 2, 8, 8, 64, false), fa::DType::fp32),
                        doctest::Contains("--kv-heads"), fa::InputError);
   // More than 2^31 - 1 thread blocks: 2^26 rows of d = 1 in blocks of Br = 1, times 64 heads.
-  CHECK_THROWS_WITH_AS(fa05::plan("v1", make(1, 64, 64, int64_t(1) << 26, 2, 1, false), fa::DType::fp32),
+  CHECK_THROWS_WITH_AS(fa05::plan("v1", fa::make_problem(1, 64, 64, int64_t(1) << 26, 2, 1, false), fa::DType::fp32),
                        doctest::Contains("thread blocks"), fa05::Unsupported);
   // Block rows whose byte count would overflow int are refused, not wrapped to a small size.
   fa05::Config wide;
   wide.Br = 2, wide.Bc = int64_t(1) << 31;
-  CHECK_THROWS_WITH_AS(fa05::plan("v1", make(1, 1, 1, 64, (int64_t(1) << 31) + 5, 1, false), fa::DType::fp32, wide),
+  CHECK_THROWS_WITH_AS(fa05::plan("v1", fa::make_problem(1, 1, 1, 64, (int64_t(1) << 31) + 5, 1, false), fa::DType::fp32, wide),
                        doctest::Contains("--block-q/--block-k"), fa05::Unsupported);
   // v1's knobs are refused, not ignored, where v1 does not run.
   fa05::Config knob;
   knob.Br = 32;
-  CHECK_THROWS_WITH_AS(fa05::plan("v2", make(1, 1, 1, 64, 64, 64, false), fa::DType::bf16, knob),
+  CHECK_THROWS_WITH_AS(fa05::plan("v2", fa::make_problem(1, 1, 1, 64, 64, 64, false), fa::DType::bf16, knob),
                        doctest::Contains("--sram-bytes/--block-q/--block-k"), fa05::Unsupported);
-  CHECK_THROWS_AS(fa05::plan("cublas", make(1, 1, 1, 64, 64, 64, false), fa::DType::bf16, knob), fa05::Unsupported);
-  CHECK(fa05::plan("v2", make(1, 1, 1, 64, 64, 80, false), fa::DType::bf16, knob).runs == "v1");  // v1 runs
+  CHECK_THROWS_AS(fa05::plan("cublas", fa::make_problem(1, 1, 1, 64, 64, 64, false), fa::DType::bf16, knob), fa05::Unsupported);
+  CHECK(fa05::plan("v2", fa::make_problem(1, 1, 1, 64, 64, 80, false), fa::DType::bf16, knob).runs == "v1");  // v1 runs
   // cuBLAS takes int sizes: N_k, (H / H_kv) N_q and B H_kv past 2^31 - 1 are refused.
-  CHECK_THROWS_WITH_AS(fa05::plan("cublas", make(1, 1, 1, 1, (int64_t(1) << 31) + 1, 1, false), fa::DType::fp32),
+  CHECK_THROWS_WITH_AS(fa05::plan("cublas", fa::make_problem(1, 1, 1, 1, (int64_t(1) << 31) + 1, 1, false), fa::DType::fp32),
                        doctest::Contains("--seq-k"), fa05::Unsupported);
-  CHECK_THROWS_WITH_AS(fa05::plan("cublas", make(1, 4, 1, (int64_t(1) << 29) + 1, 1, 1, false), fa::DType::fp32),
+  CHECK_THROWS_WITH_AS(fa05::plan("cublas", fa::make_problem(1, 4, 1, (int64_t(1) << 29) + 1, 1, 1, false), fa::DType::fp32),
                        doctest::Contains("--seq-q"), fa05::Unsupported);
-  CHECK_THROWS_WITH_AS(fa05::plan("cublas", make((int64_t(1) << 31) + 1, 1, 1, 1, 1, 1, false), fa::DType::fp32),
+  CHECK_THROWS_WITH_AS(fa05::plan("cublas", fa::make_problem((int64_t(1) << 31) + 1, 1, 1, 1, 1, 1, false), fa::DType::fp32),
                        doctest::Contains("--batch"), fa05::Unsupported);
 }
 
 TEST_CASE("05 plan: v2 runs fp16/bf16 at d = 64, 128 with 64 x 64 blocks; v1 otherwise, and says so") {
   for (int64_t d : {64, 128}) {
-    const fa05::Plan pl = fa05::plan("v2", make(2, 4, 2, 1000, 300, d, true), fa::DType::bf16);
+    const fa05::Plan pl = fa05::plan("v2", fa::make_problem(2, 4, 2, 1000, 300, d, true), fa::DType::bf16);
     CHECK(pl.runs == "v2");
     CHECK(pl.note.empty());
     CHECK(pl.Br == 64);
@@ -139,23 +133,23 @@ TEST_CASE("05 plan: v2 runs fp16/bf16 at d = 64, 128 with 64 x 64 blocks; v1 oth
     CHECK(pl.workspace_bytes == 0);
   }
   for (auto [d, t] : {std::pair<int64_t, fa::DType>{64, fa::DType::fp32}, {80, fa::DType::bf16}, {32, fa::DType::fp16}}) {
-    const fa05::Plan pl = fa05::plan("v2", make(1, 1, 1, 100, 100, d, false), t);
+    const fa05::Plan pl = fa05::plan("v2", fa::make_problem(1, 1, 1, 100, 100, d, false), t);
     CHECK(pl.runs == "v1");
     CHECK(pl.note.find("ran v1") != std::string::npos);
-    CHECK(pl.Br == fa05::plan("v1", make(1, 1, 1, 100, 100, d, false), t).Br);
+    CHECK(pl.Br == fa05::plan("v1", fa::make_problem(1, 1, 1, 100, 100, d, false), t).Br);
   }
 }
 
 TEST_CASE("05 plan: v3, v4 double-buffer K and V; v5, v6 take a compiled shape, refuse others") {
   for (const char* k : {"v3", "v4"})
     for (int64_t d : {64, 128}) {
-      const fa05::Plan pl = fa05::plan(k, make(2, 4, 2, 1000, 300, d, false), fa::DType::fp16);
+      const fa05::Plan pl = fa05::plan(k, fa::make_problem(2, 4, 2, 1000, 300, d, false), fa::DType::fp16);
       CHECK(pl.runs == k);
       CHECK(pl.Br == 64);
       CHECK(pl.Bc == 64);
       CHECK(pl.threads == 128);
       CHECK(pl.smem_bytes == (64 + 4 * 64) * (d + 8) * 2);  // Q_i and two K_j, two V_j
-      CHECK(fa05::plan(k, make(1, 1, 1, 100, 100, d, false), fa::DType::fp32).runs == "v1");
+      CHECK(fa05::plan(k, fa::make_problem(1, 1, 1, 100, 100, d, false), fa::DType::fp32).runs == "v1");
     }
   for (const char* k : {"v5", "v6"}) {
     INFO(k);
@@ -165,7 +159,7 @@ TEST_CASE("05 plan: v3, v4 double-buffer K and V; v5, v6 take a compiled shape, 
       for (const fa05::BlockShape& sh : fa05::block_shapes(k, d)) {
         fa05::Config cfg;
         cfg.Br = sh.Br, cfg.Bc = sh.Bc;
-        const fa05::Plan pl = fa05::plan(k, make(2, 4, 2, 1000, 300, d, true), fa::DType::bf16, cfg);
+        const fa05::Plan pl = fa05::plan(k, fa::make_problem(2, 4, 2, 1000, 300, d, true), fa::DType::bf16, cfg);
         CHECK(pl.runs == k);
         CHECK(pl.Br == sh.Br);
         CHECK(pl.Bc == sh.Bc);
@@ -177,7 +171,7 @@ TEST_CASE("05 plan: v3, v4 double-buffer K and V; v5, v6 take a compiled shape, 
     }
     for (int64_t d : {64, 128}) {  // the default is one of the compiled shapes
       const fa05::BlockShape def = fa05::default_shape(k, d);
-      const fa05::Plan pl = fa05::plan(k, make(1, 2, 2, 500, 500, d, false), fa::DType::bf16);
+      const fa05::Plan pl = fa05::plan(k, fa::make_problem(1, 2, 2, 500, 500, d, false), fa::DType::bf16);
       CHECK(pl.Br == def.Br);
       CHECK(pl.Bc == def.Bc);
     }
@@ -186,24 +180,24 @@ TEST_CASE("05 plan: v3, v4 double-buffer K and V; v5, v6 take a compiled shape, 
   // v6 at d = 128 only with Bc = 32 (Bc = 64 would spill registers): refused, naming the flags.
   fa05::Config wide;
   wide.Br = 128, wide.Bc = 64;
-  CHECK(fa05::plan("v6", make(1, 1, 1, 64, 64, 64, false), fa::DType::bf16, wide).Bc == 64);
-  CHECK_THROWS_WITH_AS(fa05::plan("v6", make(1, 1, 1, 64, 64, 128, false), fa::DType::bf16, wide),
+  CHECK(fa05::plan("v6", fa::make_problem(1, 1, 1, 64, 64, 64, false), fa::DType::bf16, wide).Bc == 64);
+  CHECK_THROWS_WITH_AS(fa05::plan("v6", fa::make_problem(1, 1, 1, 64, 64, 128, false), fa::DType::bf16, wide),
                        doctest::Contains("--block-q/--block-k"), fa05::Unsupported);
   fa05::Config odd;
   odd.Br = 96, odd.Bc = 64;
-  CHECK_THROWS_WITH_AS(fa05::plan("v5", make(1, 1, 1, 64, 64, 64, false), fa::DType::bf16, odd),
+  CHECK_THROWS_WITH_AS(fa05::plan("v5", fa::make_problem(1, 1, 1, 64, 64, 64, false), fa::DType::bf16, odd),
                        doctest::Contains("--block-q/--block-k"), fa05::Unsupported);
   fa05::Config sram;
   sram.sram_bytes = 65536;
-  CHECK_THROWS_WITH_AS(fa05::plan("v5", make(1, 1, 1, 64, 64, 64, false), fa::DType::bf16, sram),
+  CHECK_THROWS_WITH_AS(fa05::plan("v5", fa::make_problem(1, 1, 1, 64, 64, 64, false), fa::DType::bf16, sram),
                        doctest::Contains("--sram-bytes"), fa05::Unsupported);
   fa05::Config knob;
   knob.Bc = 32;
-  CHECK_THROWS_AS(fa05::plan("v4", make(1, 1, 1, 64, 64, 64, false), fa::DType::bf16, knob), fa05::Unsupported);
+  CHECK_THROWS_AS(fa05::plan("v4", fa::make_problem(1, 1, 1, 64, 64, 64, false), fa::DType::bf16, knob), fa05::Unsupported);
 }
 
 TEST_CASE("05 plan: the cuBLAS baseline's workspace is S (float32) and P (in 16 bits)") {
-  const fa::AttnProblem p = make(2, 8, 2, 300, 500, 64, true);
+  const fa::AttnProblem p = fa::make_problem(2, 8, 2, 300, 500, 64, true);
   const int64_t nxn = 2 * 8 * 300 * 500;
   CHECK(fa05::plan("cublas", p, fa::DType::fp32).workspace_bytes == 4 * nxn);  // P overwrites S
   CHECK(fa05::plan("cublas", p, fa::DType::bf16).workspace_bytes == 6 * nxn);
@@ -320,7 +314,7 @@ TEST_CASE("05 dtypes: encode/decode round trips; rounding is to nearest even") {
 }
 
 TEST_CASE("battery's low-precision baseline: storing O (and P) in 16 bits, nothing else") {
-  const fa::Inputs in = fa::random_inputs(make(1, 2, 1, 33, 47, 16, true), 4);
+  const fa::Inputs in = fa::random_inputs(fa::make_problem(1, 2, 1, 33, 47, 16, true), 4);
   fa::TensorD O, L, O32, L32, Ob, Lb, Obp, Lbp;
   fa::reference_forward(in.p, in.Q, in.K, in.V, O, L);
   fa::reference_forward_stored(in.p, in.Q, in.K, in.V, fa::DType::fp32, fa::DType::fp32, O32, L32);

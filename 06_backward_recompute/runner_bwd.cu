@@ -1,5 +1,6 @@
 // Stage 06's GPU runner (runner_bwd.hpp): launch arithmetic once, in backward_plan(), and the
 // three launches of the backward.
+#include <algorithm>
 #include <climits>
 #include <string>
 
@@ -13,9 +14,16 @@ namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Shared memory above 48 KiB must be asked for, per kernel.
+// Shared memory above 48 KiB must be asked for, per kernel, and must fit this GPU (an A100 has
+// 163 KiB per block: gpu_v1 at d > ~200 does not fit there).
 template <class Kernel>
 void set_smem(Kernel* kernel_fn, int64_t bytes) {
+  int dev = 0, optin = 0;
+  FA_CUDA_CHECK(cudaGetDevice(&dev));
+  FA_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  if (bytes > optin)
+    throw fa::InputError("--head-dim", "blocks whose shared memory fits this GPU's " + std::to_string(optin) + " bytes",
+                         std::to_string(bytes) + " bytes");
   FA_CUDA_CHECK(cudaFuncSetAttribute(kernel_fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
 }
 
@@ -34,9 +42,10 @@ BwdPlan backward_plan(const std::string& kernel, const fa::AttnProblem& p, fa::D
   pl.threads = bwd_v1::kThreads;
   pl.blocks_dkdv = p.B * p.H_kv * ceil_div(p.N_k, pl.Bc);
   pl.blocks_dq = p.B * p.H * ceil_div(p.N_q, pl.Br);
-  if (pl.blocks_dkdv > INT_MAX || pl.blocks_dq > INT_MAX || p.lse_elems() / 8 >= INT_MAX)
+  const int64_t blocks_d = ceil_div(p.lse_elems(), 8);  // row_dots_kernel: 8 rows per block
+  if (std::max({pl.blocks_dkdv, pl.blocks_dq, blocks_d}) > INT_MAX)
     throw fa::InputError("--batch/--heads/--seq-q", "at most 2^31 - 1 thread blocks",
-                         std::to_string(std::max(pl.blocks_dkdv, pl.blocks_dq)));
+                         std::to_string(std::max({pl.blocks_dkdv, pl.blocks_dq, blocks_d})));
   const bwd_v1::Layout L{int(pl.Br), int(pl.Bc), int(p.d)};
   pl.smem_dkdv = 4 * int64_t(L.pass1_floats());
   pl.smem_dq = 4 * int64_t(L.pass2_floats());

@@ -30,7 +30,7 @@ struct BwdPlan {
 
 // Throws fa::InputError for an invalid problem (fa::validate), for a dtype other than fp32
 // ("--dtype": gpu_v1 is the fp32 port), for d > 256 ("--head-dim") and for a grid past 2^31 - 1
-// thread blocks. Blocks: 64 rows for d <= 64, else 32 (shared memory: at most 206 KiB at d = 256).
+// thread blocks. Blocks: 64 rows for d <= 64, else 32 (shared memory: at most 201 KiB at d = 256).
 BwdPlan backward_plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype);
 
 // Runs the backward on device pointers (layout above) on `stream`, without waiting for it:

@@ -28,16 +28,6 @@ fa::BackwardFn with_blocks(int64_t Br, int64_t Bc, int threads = 0) {
   };
 }
 
-bool same_bits(const fa::Tensor& a, const fa::Tensor& b) {
-  return a.numel() == b.numel() && std::memcmp(a.ptr(), b.ptr(), size_t(a.numel()) * sizeof(float)) == 0;
-}
-
-fa::AttnProblem make(int64_t B, int64_t H, int64_t Hkv, int64_t Nq, int64_t Nk, int64_t d, bool causal) {
-  fa::AttnProblem p;
-  p.B = B, p.H = H, p.H_kv = Hkv, p.N_q = Nq, p.N_k = Nk, p.d = d, p.causal = causal;
-  return p;
-}
-
 }  // namespace
 
 // The backward consumes its own forward's O and LSE (stage 04's tiled forward), as in training.
@@ -61,8 +51,8 @@ TEST_CASE("06 backward: battery, Br = Bc = 1 and one block as big as the problem
 }
 
 TEST_CASE("06 backward: 1, 2 and 4 threads give bit-identical dQ, dK, dV") {
-  for (const fa::AttnProblem& p : {make(2, 4, 2, 301, 257, 40, true), make(1, 3, 1, 190, 333, 64, false),
-                                   make(1, 2, 2, 257, 120, 33, true)}) {
+  for (const fa::AttnProblem& p : {fa::make_problem(2, 4, 2, 301, 257, 40, true), fa::make_problem(1, 3, 1, 190, 333, 64, false),
+                                   fa::make_problem(1, 2, 2, 257, 120, 33, true)}) {
     fa::Inputs in = fa::random_inputs(p, 3);
     fa::add_grad_output(in, "", 4);
     const fa::ForwardRun fwd = fa::run_forward(stage_06().forward, in);
@@ -72,9 +62,9 @@ TEST_CASE("06 backward: 1, 2 and 4 threads give bit-identical dQ, dK, dV") {
       for (int t : {2, 4}) {
         INFO("threads " << t);
         const fa::BackwardRun many = fa::run_backward(with_blocks(Br, Bc, t), in, fwd);
-        CHECK(same_bits(one.dQ, many.dQ));
-        CHECK(same_bits(one.dK, many.dK));
-        CHECK(same_bits(one.dV, many.dV));
+        CHECK(fa::same_bits(one.dQ, many.dQ));
+        CHECK(fa::same_bits(one.dK, many.dK));
+        CHECK(fa::same_bits(one.dV, many.dV));
       }
     }
   }
@@ -87,7 +77,7 @@ TEST_CASE("06 backward: extra memory is O(N d): block buffers and one float per 
   int64_t bytes[2];
   int k = 0;
   for (int64_t N : {512, 2048}) {
-    fa::Inputs in = fa::random_inputs(make(1, 1, 1, N, N, 64, false), 2);
+    fa::Inputs in = fa::random_inputs(fa::make_problem(1, 1, 1, N, N, 64, false), 2);
     fa::add_grad_output(in, "", 5);
     const fa::ForwardRun fwd = fa::run_forward(stage_06().forward, in);
     bytes[k++] = fa::run_backward(with_blocks(64, 64, 1), in, fwd).extra_bytes;

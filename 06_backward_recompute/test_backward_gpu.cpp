@@ -14,20 +14,6 @@
 #include "devstats.hpp"
 #include "stage_06_gpu.hpp"
 
-namespace {
-
-fa::AttnProblem make(int64_t B, int64_t H, int64_t Hkv, int64_t Nq, int64_t Nk, int64_t d, bool causal) {
-  fa::AttnProblem p;
-  p.B = B, p.H = H, p.H_kv = Hkv, p.N_q = Nq, p.N_k = Nk, p.d = d, p.causal = causal;
-  return p;
-}
-
-bool same_bits(const fa::Tensor& a, const fa::Tensor& b) {
-  return a.numel() == b.numel() && std::memcmp(a.ptr(), b.ptr(), size_t(a.numel()) * sizeof(float)) == 0;
-}
-
-}  // namespace
-
 TEST_CASE("06 gpu_v1: backward battery, O and LSE from stage 05 v1 on the GPU") {
   fa::check_backward_battery(stage_06_gpu_backward(), false, stage_05_forward("v1", fa::DType::fp32));
 }
@@ -37,13 +23,13 @@ TEST_CASE("06 gpu_v1: ragged N around the blocks, N_q != N_k, causal, GQA, d = 1
   for (int64_t d : {1, 3, 64, 65, 128, 256})
     for (auto& nn : sizes)
       for (bool causal : {false, true}) {
-        const fa::Case c{"gpu_v1 shape", make(2, 4, 2, nn[0], nn[1], d, causal), fa::Fill::HighDims};
+        const fa::Case c{"gpu_v1 shape", fa::make_problem(2, 4, 2, nn[0], nn[1], d, causal), fa::Fill::HighDims};
         fa::check_backward_case(stage_06_gpu_backward(), c, false, stage_05_forward("v1", fa::DType::fp32));
       }
 }
 
 TEST_CASE("06 gpu_v1: bit-identical gradients over 20 runs (deterministic: no atomics)") {
-  for (const fa::AttnProblem& p : {make(2, 4, 1, 301, 257, 64, true), make(1, 4, 2, 200, 333, 128, false)}) {
+  for (const fa::AttnProblem& p : {fa::make_problem(2, 4, 1, 301, 257, 64, true), fa::make_problem(1, 4, 2, 200, 333, 128, false)}) {
     INFO(p.describe());
     fa::Inputs in = fa::random_inputs(p, 3);
     fa::add_grad_output(in, "", 4);
@@ -52,15 +38,15 @@ TEST_CASE("06 gpu_v1: bit-identical gradients over 20 runs (deterministic: no at
     const fa::BackwardRun a = fa::run_backward(f, in, fwd);
     for (int rep = 1; rep < 20; ++rep) {
       const fa::BackwardRun b = fa::run_backward(f, in, fwd);
-      CHECK(same_bits(a.dQ, b.dQ));
-      CHECK(same_bits(a.dK, b.dK));
-      CHECK(same_bits(a.dV, b.dV));
+      CHECK(fa::same_bits(a.dQ, b.dQ));
+      CHECK(fa::same_bits(a.dK, b.dK));
+      CHECK(fa::same_bits(a.dV, b.dV));
     }
   }
 }
 
 TEST_CASE("06 gpu_v1: extra GPU memory is D, one float per query row (the plan's workspace)") {
-  const fa::AttnProblem p = make(2, 4, 2, 300, 500, 64, true);
+  const fa::AttnProblem p = fa::make_problem(2, 4, 2, 300, 500, 64, true);
   fa::Inputs in = fa::random_inputs(p, 2);
   fa::add_grad_output(in, "", 4);
   const fa::ForwardRun fwd = fa::run_forward(stage_05_forward("v1", fa::DType::fp32), in);

@@ -4,20 +4,10 @@
 
 #include "runner_bwd.hpp"
 
-namespace {
-
-fa::AttnProblem make(int64_t B, int64_t H, int64_t Hkv, int64_t Nq, int64_t Nk, int64_t d, bool causal) {
-  fa::AttnProblem p;
-  p.B = B, p.H = H, p.H_kv = Hkv, p.N_q = Nq, p.N_k = Nk, p.d = d, p.causal = causal;
-  return p;
-}
-
-}  // namespace
-
 TEST_CASE("06 gpu plan: blocks of 64 rows for d <= 64, else 32; grids over key and query blocks") {
   for (auto [d, B] : {std::pair<int64_t, int64_t>{1, 64}, {64, 64}, {65, 32}, {128, 32}, {256, 32}}) {
     INFO("d = " << d);
-    const fa::AttnProblem p = make(2, 8, 2, 1000, 300, d, true);
+    const fa::AttnProblem p = fa::make_problem(2, 8, 2, 1000, 300, d, true);
     const fa06::BwdPlan pl = fa06::backward_plan("gpu_v1", p, fa::DType::fp32);
     CHECK(pl.Br == B);
     CHECK(pl.Bc == B);
@@ -31,17 +21,17 @@ TEST_CASE("06 gpu plan: blocks of 64 rows for d <= 64, else 32; grids over key a
     CHECK(pl.smem_dkdv <= 227 * 1024);  // fits an H100/H200 thread block
     CHECK(pl.smem_dq <= 227 * 1024);
   }
-  const fa06::BwdPlan small = fa06::backward_plan("gpu_v1", make(1, 1, 1, 5, 3, 64, false), fa::DType::fp32);
+  const fa06::BwdPlan small = fa06::backward_plan("gpu_v1", fa::make_problem(1, 1, 1, 5, 3, 64, false), fa::DType::fp32);
   CHECK(small.Br == 5);  // no block larger than the problem
   CHECK(small.Bc == 3);
 }
 
 TEST_CASE("06 gpu plan: refuses what gpu_v1 cannot run, naming the flag") {
-  const fa::AttnProblem p = make(1, 1, 1, 8, 8, 64, false);
+  const fa::AttnProblem p = fa::make_problem(1, 1, 1, 8, 8, 64, false);
   CHECK_THROWS_WITH_AS(fa06::backward_plan("gpu_v1", p, fa::DType::bf16), doctest::Contains("--dtype"), fa::InputError);
   CHECK_THROWS_WITH_AS(fa06::backward_plan("gpu_v9", p, fa::DType::fp32), doctest::Contains("--kernel"), fa::InputError);
-  CHECK_THROWS_WITH_AS(fa06::backward_plan("gpu_v1", make(1, 1, 1, 8, 8, 257, false), fa::DType::fp32),
+  CHECK_THROWS_WITH_AS(fa06::backward_plan("gpu_v1", fa::make_problem(1, 1, 1, 8, 8, 257, false), fa::DType::fp32),
                        doctest::Contains("--head-dim"), fa::InputError);
-  CHECK_THROWS_WITH_AS(fa06::backward_plan("gpu_v1", make(1, 3, 2, 8, 8, 64, false), fa::DType::fp32),
+  CHECK_THROWS_WITH_AS(fa06::backward_plan("gpu_v1", fa::make_problem(1, 3, 2, 8, 8, 64, false), fa::DType::fp32),
                        doctest::Contains("--kv-heads"), fa::InputError);
 }

@@ -72,6 +72,14 @@ struct AttnProblem {
   std::string describe() const;  // "B=1 H=12 H_kv=12 N_q=256 N_k=256 d=32 causal=0 scale=0.1768"
 };
 
+// A problem from its sizes (scale unset: 1/sqrt(d)); tests build many.
+inline AttnProblem make_problem(int64_t B, int64_t H, int64_t H_kv, int64_t N_q, int64_t N_k, int64_t d,
+                                bool causal) {
+  AttnProblem p;
+  p.B = B, p.H = H, p.H_kv = H_kv, p.N_q = N_q, p.N_k = N_k, p.d = d, p.causal = causal;
+  return p;
+}
+
 // Throws InputError (common/errors.hpp) naming the offending field if the problem is not valid:
 // every size >= 1, H % H_kv == 0, scale finite and > 0 when set, and the element counts
 // B*H*N_q*d, B*H_kv*N_k*d and B*H*N_q*N_k at most 2^40 (so no size arithmetic can overflow).

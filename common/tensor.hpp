@@ -3,6 +3,7 @@
 // only owns memory and remembers the shape for I/O and checks.
 #pragma once
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -31,6 +32,13 @@ struct TensorT {
 
 using Tensor = TensorT<float>;
 using TensorD = TensorT<double>;
+
+// Same shape and the same bits in every element (NaN payloads included): how tests check that a
+// result does not depend on thread count, schedule or run.
+template <class T>
+bool same_bits(const TensorT<T>& a, const TensorT<T>& b) {
+  return a.shape == b.shape && std::memcmp(a.ptr(), b.ptr(), a.data.size() * sizeof(T)) == 0;
+}
 
 // "[2, 12, 256, 32]"
 std::string shape_str(const std::vector<int64_t>& shape);

@@ -12,11 +12,18 @@
 # A run whose summary reports a failed step is refused, unless ALLOW_FAILED names that step
 # (a regex on the step name, e.g. ALLOW_FAILED=ctest): its summary, kept, still shows the failure.
 set -euo pipefail
-cd "$(dirname "$0")/.."
 [ $# -ge 1 ] || { echo "usage: scripts/gpu_results.sh LOG_DIR [LOG_DIR ...] (folders scripts/gpu_check.sh wrote)" >&2; exit 2; }
+# The folders as given, from the caller's directory (before the cd to the repository).
+dirs=()
 for LOG in "$@"; do
   [ -f "$LOG/summary.txt" ] || { echo "gpu_results: $LOG/summary.txt: expected a gpu_check.sh log folder, found none" >&2; exit 2; }
-  failed=$(grep " rc=" "$LOG/summary.txt" | awk '{print $1}' || true)
+  dirs+=("$(cd "$LOG" && pwd)")
+done
+set -- "${dirs[@]}"
+cd "$(dirname "$0")/.."
+for LOG in "$@"; do
+  # A summary row is "STEP STATUS SECONDS NOTE"; a failed step's STATUS is rc=N.
+  failed=$(awk '$2 ~ /^rc=/ {print $1}' "$LOG/summary.txt")
   for step in $failed; do
     if [ -z "${ALLOW_FAILED:-}" ] || ! [[ "$step" =~ ^(${ALLOW_FAILED})$ ]]; then
       echo "gpu_results: $LOG/summary.txt reports failed step $step; not taking these results" >&2
@@ -25,7 +32,7 @@ for LOG in "$@"; do
   done
 done
 mkdir -p docs/results/gpu_check
-rm -f docs/results/gpu_check/summary*.txt
+rm -f docs/results/gpu_check/summary*.txt docs/results/gpu_check/ctest_run*.log  # numbered per call
 n=0
 for LOG in "$@"; do
   n=$((n + 1))
@@ -44,9 +51,12 @@ for LOG in "$@"; do
   # ctest of each run, numbered like the summaries (runs may test different parts).
   [ -f "$LOG/ctest.log" ] && cp "$LOG/ctest.log" "docs/results/gpu_check/ctest_run$n.log"
 done
-# One file for every compute-sanitizer run of every folder, each headed by its run and what it ran.
+# One file for every compute-sanitizer run of every folder, each headed by its run and what it ran
+# (kept as it is when no folder has any).
+has_san=0
+for LOG in "$@"; do compgen -G "$LOG/san_*.log" >/dev/null && has_san=1; done
 n=0
-for LOG in "$@"; do
+[ $has_san -eq 1 ] && for LOG in "$@"; do
   n=$((n + 1))
   if compgen -G "$LOG/san_*.log" >/dev/null; then
     for f in "$LOG"/san_*.log; do
