@@ -223,6 +223,9 @@ TEST_CASE("01_naive program: bad input -> one line on stderr, exit 2, no output 
       {"--seq-q 4 --out " + out.string() + " --lse " + (dir / "link.npy").string(), "symbolic link"},
       {"--seq-q 4 --out " + out.string() + " --lse /proc/l.npy", "--lse"},
       {"--seq-q 4 --scale 0", "--scale"},
+      // Quoted as typed, not as rounded to float32 ("found 0", "found inf").
+      {"--seq-q 4 --scale 1e-50", "found 1e-50"},
+      {"--seq-q 4 --scale 1e39", "found 1e39"},
       {"--seq-q 4 --seq-k 0", "--seq-k"},
       {"--seq-q 4 --kv-heads 0", "--kv-heads"},
       {"--seq-q 4 --out " + out.string() + " --lse " + (dir / "." / "o.npy").string(), "the same file"},

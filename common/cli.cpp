@@ -2,7 +2,9 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -55,9 +57,16 @@ void add_common_flags(CLI::App& app, CliFlags& f, bool backward, bool outputs) {
 }
 
 std::optional<AttnProblem> problem_from_flags(const CliFlags& f) {
-  // scale 0 means "1/sqrt(d)" inside AttnProblem; typed on the command line it is an error.
-  if (f.scale_opt && f.scale_opt->count() > 0 && f.p.scale == 0.f)
-    throw InputError("--scale", "a finite number > 0", "0");
+  // --scale as typed: a value that rounds to 0 or inf in float32 is reported as the user wrote it
+  // (after rounding it would read "found 0" for 1e-50). And scale 0 means "1/sqrt(d)" inside
+  // AttnProblem; typed on the command line it is an error.
+  if (f.scale_opt && f.scale_opt->count() > 0) {
+    const std::string typed = f.scale_opt->results().empty() ? "" : f.scale_opt->results().back();
+    const double v = std::strtod(typed.c_str(), nullptr);
+    const float r = static_cast<float>(v);
+    if (!(std::isfinite(v) && v > 0) || !(std::isfinite(r) && r > 0.f))
+      throw InputError("--scale", "a finite number > 0 that float32 holds (about 1.4e-45 to 3.4e38)", typed);
+  }
   if (!f.q.empty()) return std::nullopt;
   bool shape_given = false;
   for (auto* o : f.shape_opts) shape_given |= o && o->count() > 0;
