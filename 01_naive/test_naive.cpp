@@ -248,3 +248,36 @@ TEST_CASE("01_naive program: bad input -> one line on stderr, exit 2, no output 
   }
   fs::remove_all(dir);
 }
+
+// Stage 01 fails two ways and says which (issue 12): exp overflows above ln(FLT_MAX) = 88.72, and
+// a row whose every logit is below ln(FLT_MIN) = -87.34 underflows: its sum loses precision, and
+// below -103.97 it is 0 and O = 0 / 0. The right O of the underflow example is tanh(0.5).
+TEST_CASE("01_naive program: says whether exp overflowed or a row underflowed") {
+  const fs::path dir = fs::temp_directory_path() / "fa_test_01_diagnosis";
+  fs::create_directories(dir);
+  auto file = [&](const char* name, std::vector<float> values, int64_t rows) {
+    fa::Tensor t({rows, int64_t(values.size()) / rows});
+    t.data = std::move(values);
+    fa::write_npy((dir / name).string(), t, name);
+    return (dir / name).string();
+  };
+  const std::string q = file("q.npy", {1.f}, 1), v = file("v.npy", {1.f, -1.f}, 2);
+  const std::string inputs[][2] = {
+      {file("k_over.npy", {89.f, 0.f}, 2), "overflows"},     // S = {89, 0}
+      {file("k_under.npy", {-200.f, -201.f}, 2), "underflows"},  // S = {-200, -201}: sum 0
+      {file("k_low.npy", {-95.f, -96.f}, 2), "underflows"},      // subnormal sum: precision lost
+      {file("k_fine.npy", {3.f, 1.f}, 2), ""},                   // neither
+  };
+  for (const auto& [k, word] : inputs) {
+    INFO("K = " << k);
+    const Ran r = run("--q " + q + " --k " + k + " --v " + v + " --scale 1", dir);
+    CHECK(r.code == 0);
+    if (word.empty()) {
+      CHECK(r.err.find("flows") == std::string::npos);
+    } else {
+      CHECK(r.err.find(word) != std::string::npos);
+      CHECK(r.err.find(word == "overflows" ? "underflows" : "overflows") == std::string::npos);
+    }
+  }
+  fs::remove_all(dir);
+}

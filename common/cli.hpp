@@ -66,8 +66,8 @@ int stage_main(int argc, char** argv, const Stage& stage,
                const std::function<void(const Inputs&, nlohmann::json&, std::ostream&)>& extra_report = {});
 
 // "never a silent NaN": prints one warning line on stderr if x holds NaN or Inf (for LSE, -inf is
-// legitimate: a row that sees no key).
-void warn_nonfinite(const std::string& prog, const char* what, const Tensor& x, bool lse);
+// legitimate: a row that sees no key). Returns whether it warned.
+bool warn_nonfinite(const std::string& prog, const char* what, const Tensor& x, bool lse);
 
 // The problem as a JSON object (B, H, H_kv, N_q, N_k, d, causal, scale), for --json reports.
 nlohmann::json problem_json(const AttnProblem& p);
