@@ -185,4 +185,11 @@ BENCHMARK(BM_stage<online_softmax::forward<float>>)->Name("BM_stage03")->Arg(256
     ->ArgName("N")->MinTime(0.1)->UseRealTime()->Unit(benchmark::kMillisecond);
 #endif
 
+// The vector ISA this build targets goes into the JSON's context: results from machines with
+// other ISAs are told apart by it.
+[[maybe_unused]] const bool kIsaContext =
+    (benchmark::AddCustomContext("isa", std::string(tiled::mk::kIsa) + ", " + std::to_string(tiled::mk::VW) +
+                                            " floats per vector"),
+     true);
+
 BENCHMARK_MAIN();

@@ -20,14 +20,17 @@
 namespace tiled::mk {
 
 #if defined(__AVX512F__)
+inline constexpr const char* kIsa = "AVX-512";  // the vector ISA this build targets
 inline constexpr int VW = 16;  // floats per vector register (zmm)
 inline constexpr int RM = 6;   // micro-tile rows; RM * NV = 24 accumulators of 32 registers
 inline constexpr int NV = 4;   // micro-tile width in vectors (64 floats)
 #elif defined(__AVX__)
+inline constexpr const char* kIsa = "AVX2";
 inline constexpr int VW = 8;   // ymm, 16 registers: 6 x 2 = 12 accumulators
 inline constexpr int RM = 6;
 inline constexpr int NV = 2;
 #else
+inline constexpr const char* kIsa = "SSE2";
 inline constexpr int VW = 4;   // xmm (SSE2), 16 registers
 inline constexpr int RM = 6;
 inline constexpr int NV = 2;

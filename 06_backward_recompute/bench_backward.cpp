@@ -11,6 +11,8 @@
 //   build/06_backward_recompute/bench_06_backward_recompute --benchmark_out=docs/results/bench_06_backward_recompute.json --benchmark_out_format=json
 #include <benchmark/benchmark.h>
 
+#include <string>
+
 #include "bench_util.hpp"
 #include "memtrack.hpp"
 #include "naive_backward.hpp"
@@ -82,5 +84,12 @@ void BM_bwd_naive(benchmark::State& state) {
 BENCHMARK(BM_bwd_tiled)->Apply(fa::cpu_grid)->MinTime(0.2)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_bwd_blocks)->Apply(blocks_grid)->MinTime(0.2)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_bwd_naive)->Arg(256)->Arg(1024)->Arg(4096)->ArgName("N")->MinTime(0.1)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// The vector ISA this build targets goes into the JSON's context: results from machines with
+// other ISAs are told apart by it.
+[[maybe_unused]] const bool kIsaContext =
+    (benchmark::AddCustomContext("isa", std::string(tiled::mk::kIsa) + ", " + std::to_string(tiled::mk::VW) +
+                                            " floats per vector"),
+     true);
 
 BENCHMARK_MAIN();

@@ -3,6 +3,8 @@
 // against stage 01 and against float64, the extra memory it measured, and its time.
 // Takes the same flags as every stage program (common/cli.hpp), so `tour --seq-q 4096` or
 // `tour --q q.npy --k k.npy --v v.npy` work too.
+#include <omp.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
@@ -101,6 +103,8 @@ int main(int argc, char** argv) {
     std::string txt;
     out(txt, "FlashAttention course tour\ninput  : %s\nproblem: %s\n", in.source.c_str(),
         in.p.describe().c_str());
+    out(txt, "cpu    : stages 04 and 06 built for %s (%d floats per vector), %d OpenMP threads\n",
+        tiled::mk::kIsa, tiled::mk::VW, omp_get_max_threads());
     std::optional<fa::Baselines> base;
     if (!f.no_check) {
       base.emplace(in, /*with_backward=*/true);
