@@ -159,14 +159,11 @@ void cublas_forward(const fa::AttnProblem& p, fa::DType dtype, const T* Q, const
 // Shared memory above 48 KiB must be asked for, per kernel, and must fit this GPU.
 template <class Kernel>
 void set_smem(Kernel* kernel_fn, int64_t bytes) {
-  int dev = 0, optin = 0;
-  FA_CUDA_CHECK(cudaGetDevice(&dev));
-  FA_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  if (bytes > optin)
+  int optin = 0;
+  if (!fa::opt_in_smem(kernel_fn, bytes, &optin))
     throw Unsupported("--sram-bytes/--block-q/--block-k",
                       "blocks whose shared memory fits this GPU's " + std::to_string(optin) + " bytes",
                       std::to_string(bytes) + " bytes");
-  FA_CUDA_CHECK(cudaFuncSetAttribute(kernel_fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
 }
 
 // The shapes v5 and v6 are compiled for (warps, Bc); Br = 16 warps (v5) or 32 warps (v6). The

@@ -18,13 +18,10 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // 163 KiB per block: gpu_v1 at d > ~200 does not fit there).
 template <class Kernel>
 void set_smem(Kernel* kernel_fn, int64_t bytes) {
-  int dev = 0, optin = 0;
-  FA_CUDA_CHECK(cudaGetDevice(&dev));
-  FA_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  if (bytes > optin)
+  int optin = 0;
+  if (!fa::opt_in_smem(kernel_fn, bytes, &optin))
     throw fa::InputError("--head-dim", "blocks whose shared memory fits this GPU's " + std::to_string(optin) + " bytes",
                          std::to_string(bytes) + " bytes");
-  FA_CUDA_CHECK(cudaFuncSetAttribute(kernel_fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
 }
 
 }  // namespace

@@ -29,3 +29,20 @@ inline void cuda_check(cudaError_t err, const char* call, const char* file, int 
 }  // namespace fa
 
 #define FA_CUDA_CHECK(call) ::fa::cuda_check((call), #call, __FILE__, __LINE__)
+
+namespace fa {
+
+// Shared memory above 48 KiB must be asked for, per kernel. Asks for `bytes` for kernel_fn and
+// returns true, or returns false (asking nothing) when this GPU allows a thread block less; then
+// *limit holds what it allows (bytes), for the caller's own one-line refusal.
+template <class Kernel>
+bool opt_in_smem(Kernel* kernel_fn, long long bytes, int* limit) {
+  int dev = 0;
+  FA_CUDA_CHECK(cudaGetDevice(&dev));
+  FA_CUDA_CHECK(cudaDeviceGetAttribute(limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  if (bytes > *limit) return false;
+  FA_CUDA_CHECK(cudaFuncSetAttribute(kernel_fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  return true;
+}
+
+}  // namespace fa
