@@ -112,6 +112,25 @@ TEST_CASE("docs: every relative link in every .md file leads to a file and, with
   CHECK(checked > 100);
 }
 
+// Line numbers of source files go stale with the next edit; the docs cite functions, variables or
+// the comment that starts a step instead. So "line(s) N" may appear only on a line that names a
+// paper's algorithm ("Alg. 1 line 5", "Algorithm 2"), whose line numbers do not move, and
+// "file.ext:N" never.
+TEST_CASE("docs: no line-number references into source files") {
+  const fs::path root = FA_SOURCE_DIR;
+  const std::regex line_ref(R"(\b[Ll]ines? [0-9]+)");
+  const std::regex file_colon(R"(\.(hpp|cpp|cuh|cu|py|sh):[0-9]+)");
+  for (const fs::path& md : markdown_files(root)) {
+    const std::vector<std::string> lines = lines_of(md);
+    for (size_t n = 0; n < lines.size(); ++n) {
+      const std::string& l = lines[n];
+      INFO(fs::relative(md, root).string() << ":" << n + 1 << ": " << l);
+      CHECK_FALSE(std::regex_search(l, file_colon));
+      if (l.find("Alg") == std::string::npos) CHECK_FALSE(std::regex_search(l, line_ref));
+    }
+  }
+}
+
 TEST_CASE("docs: the heading ids follow GitHub's rule") {
   CHECK(slug("v3 to v6: one idea each, measured") == "v3-to-v6-one-idea-each-measured");
   CHECK(slug("Lesson 2: `exp` overflows, and underflows") == "lesson-2-exp-overflows-and-underflows");
