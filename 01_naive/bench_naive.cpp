@@ -1,6 +1,6 @@
 // Stage 01 benchmark: N sweep at d = 64 (B = H = 1). Time, GFLOP/s and the measured extra bytes
 // (S and P: 2 * N^2 * 4 bytes). Run: build/01_naive/bench_01_naive --benchmark_out=... (see
-// scripts/bench.sh, which writes docs/results/bench_01_naive.json).
+// scripts/bench.sh --update-docs, which writes docs/results/bench_01_naive.json).
 #include "bench_util.hpp"
 #include "naive.hpp"
 
