@@ -75,19 +75,26 @@ void forward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, T* O,
   const int64_t Tr = (p.N_q + Br - 1) / Br;           // number of query blocks
   const float scale = p.resolved_scale();
   const float neg_inf = -std::numeric_limits<float>::infinity();
-  const int64_t Bcp = round_up(Bc, VW), dp = round_up(d, VW);  // padded to whole vectors
+  // Padded to whole vectors: Bcp keys, dpad dims ("d padded"; not dP, the gradient of stage 06).
+  const int64_t Bcp = round_up(Bc, VW), dpad = round_up(d, VW);
   const int threads = blk.threads > 0 ? blk.threads : omp_get_max_threads();
 
   // The "SRAM": each thread's block buffers, O(Br d + Bc d + Br Bc) floats, whatever N is.
   // Allocated here, before the parallel region, so that running out of memory throws
   // std::bad_alloc to the caller (an exception cannot leave an OpenMP region).
   struct Sram {
-    std::vector<float> Qi, Kt, Vj, S, Oi, m, l;
+    std::vector<float> Qi;  // (Br, d)      this query block
+    std::vector<float> Kt;  // (d, Bcp)     K_j transposed: keys along the vectors
+    std::vector<float> Vj;  // (Bc, dpad)
+    std::vector<float> S;   // (Br, Bcp)    S, then P in place
+    std::vector<float> Oi;  // (Br, dpad)   the unnormalised output
+    std::vector<float> m;   // (Br)         running row max
+    std::vector<float> l;   // (Br)         running row sum
   };
   std::vector<Sram> sram(static_cast<size_t>(threads));
   for (Sram& t : sram)
-    t = {std::vector<float>(Br * d), std::vector<float>(d * Bcp), std::vector<float>(Bc * dp, 0.f),
-         std::vector<float>(Br * Bcp), std::vector<float>(Br * dp), std::vector<float>(Br),
+    t = {std::vector<float>(Br * d), std::vector<float>(d * Bcp), std::vector<float>(Bc * dpad, 0.f),
+         std::vector<float>(Br * Bcp), std::vector<float>(Br * dpad), std::vector<float>(Br),
          std::vector<float>(Br)};
 
 #pragma omp parallel num_threads(threads)
@@ -104,7 +111,7 @@ void forward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, T* O,
       for (int64_t r = 0; r < br; ++r) {
         const T* q = Q + p.q_offset(b, h, r0 + r);
         std::copy(q, q + d, Qi.data() + r * d);
-        std::fill(Oi.data() + r * dp, Oi.data() + (r + 1) * dp, 0.f);
+        std::fill(Oi.data() + r * dpad, Oi.data() + (r + 1) * dpad, 0.f);
         m[r] = neg_inf, l[r] = 0.f;
       }
       // Causal: the block's last row sees the most keys; key blocks past them are skipped whole.
@@ -130,7 +137,7 @@ void forward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, T* O,
           for (int64_t x = 0; x < d; ++x)
             for (int64_t c = cb; c < std::min(cb + VW, bn); ++c) Kt[x * Bcp + c] = Kj[c * d + x];
         for (int64_t c = 0; c < bn; ++c)
-          std::copy(Vsrc + c * d, Vsrc + (c + 1) * d, Vj.data() + c * dp);
+          std::copy(Vsrc + c * d, Vsrc + (c + 1) * d, Vj.data() + c * dpad);
         if (blk.io) io.hbm_read += 2 * bn * d;
 
         // S_ij = scale * Q_i K_j^T, a br x bn block (bcp columns computed), on chip (line 9).
@@ -155,11 +162,11 @@ void forward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, T* O,
           const float m_use = m_new == neg_inf ? 0.f : m_new;
           const float alpha = std::exp(m[r] - m_use);  // rescales what was summed so far
           l[r] = alpha * l[r] + exp_sub_sum(s, bcp, m_use);  // s now holds P (unnormalised)
-          if (alpha != 1.f) scale_row(Oi.data() + r * dp, dp, alpha);
+          if (alpha != 1.f) scale_row(Oi.data() + r * dpad, dpad, alpha);
           m[r] = m_new;
         }
         // O_i += P_ij V_j (line 12, without the division: FA2 divides once, at the end).
-        gemm_pv(S.data(), Bcp, br, bn, Vj.data(), dp, dp, Oi.data(), dp);
+        gemm_pv(S.data(), Bcp, br, bn, Vj.data(), dpad, dpad, Oi.data(), dpad);
         // SRAM accesses by the arithmetic (scalar model): two operands per multiply-add in both
         // GEMMs, S written, read twice (max, exp) and P written; O_i rescaled (read + write).
         if (blk.io) io.sram += 4 * br * bn * d + 4 * br * bn + 2 * br * d;
@@ -169,7 +176,7 @@ void forward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, T* O,
       // A row that saw no key (causal, N_q > N_k) has l = 0: O = 0 and LSE = -inf, never NaN.
       for (int64_t r = 0; r < br; ++r) {
         T* o = O + p.q_offset(b, h, r0 + r);
-        const float* acc = Oi.data() + r * dp;
+        const float* acc = Oi.data() + r * dpad;
         if (l[r] == 0.f) {
           std::fill(o, o + d, 0.f);
           LSE[p.lse_offset(b, h, r0 + r)] = neg_inf;

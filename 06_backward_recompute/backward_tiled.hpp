@@ -85,7 +85,8 @@ void backward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, cons
   const int64_t Tr = (p.N_q + Br - 1) / Br, Tc = (p.N_k + Bc - 1) / Bc;
   const float scale = p.resolved_scale();
   const float neg_inf = -std::numeric_limits<float>::infinity();
-  const int64_t Brp = round_up(Br, VW), Bcp = round_up(Bc, VW), dp = round_up(d, VW);
+  // Padded to whole vectors: Brp, Bcp rows, dpad dims ("d padded"; dP is the gradient of P).
+  const int64_t Brp = round_up(Br, VW), Bcp = round_up(Bc, VW), dpad = round_up(d, VW);
   const int threads = blk.threads > 0 ? blk.threads : omp_get_max_threads();
   const int64_t shift = p.N_k - p.N_q;  // bottom-right causal: query i sees key j iff j <= i + shift
 
@@ -95,14 +96,19 @@ void backward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, cons
   // ---- pass 1: dK_j, dV_j, one task per (batch, kv head, key block) --------------------------
   // Each thread's "SRAM", allocated before the parallel region (an exception cannot leave it).
   struct Sram1 {
-    std::vector<float> Kj, Vj, Qt, dOt, Qi, dOi, St, dSt, dKj, dVj, L, Di;
+    std::vector<float> Kj, Vj;       // (Bc, d)      this key block
+    std::vector<float> Qt, dOt;      // (d, Brp)     Q_i, dO_i transposed (B operands of S^T, dP^T)
+    std::vector<float> Qi, dOi;      // (Br, dpad)   Q_i, dO_i by rows (B operands of dK, dV)
+    std::vector<float> St, dSt;      // (Bc, Brp)    S^T then P^T; dP^T then dS^T
+    std::vector<float> dKj, dVj;     // (Bc, dpad)   the gradients being summed
+    std::vector<float> L, Di;        // (Brp)        LSE_i (+inf for a row that sees no key), D_i
   };
   std::vector<Sram1> s1(static_cast<size_t>(threads));
   for (Sram1& t : s1)
     t = {std::vector<float>(Bc * d), std::vector<float>(Bc * d), std::vector<float>(d * Brp),
-         std::vector<float>(d * Brp), std::vector<float>(Br * dp, 0.f), std::vector<float>(Br * dp, 0.f),
-         std::vector<float>(Bc * Brp), std::vector<float>(Bc * Brp), std::vector<float>(Bc * dp),
-         std::vector<float>(Bc * dp), std::vector<float>(Brp), std::vector<float>(Brp)};
+         std::vector<float>(d * Brp), std::vector<float>(Br * dpad, 0.f), std::vector<float>(Br * dpad, 0.f),
+         std::vector<float>(Bc * Brp), std::vector<float>(Bc * Brp), std::vector<float>(Bc * dpad),
+         std::vector<float>(Bc * dpad), std::vector<float>(Brp), std::vector<float>(Brp)};
 
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
   for (int64_t t = 0; t < p.B * p.H_kv * Tc; ++t) {
@@ -126,8 +132,8 @@ void backward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, cons
         for (int64_t r = 0; r < br; ++r) {
           const T* q = Q + p.q_offset(b, h, r0 + r);
           const T* g = dO + p.q_offset(b, h, r0 + r);
-          std::copy(q, q + d, Qi.data() + r * dp);
-          std::copy(g, g + d, dOi.data() + r * dp);
+          std::copy(q, q + d, Qi.data() + r * dpad);
+          std::copy(g, g + d, dOi.data() + r * dpad);
           for (int64_t x = 0; x < d; ++x) Qt[x * Brp + r] = q[x], dOt[x * Brp + r] = g[x];
           // A row that sees no key has LSE = -inf; +inf makes its P exactly 0 below.
           const float lse = LSE[p.lse_offset(b, h, r0 + r)];
@@ -148,7 +154,7 @@ void backward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, cons
           for (int64_t r = 0; r < brp; r += VW) store(s + r, exp_neg(load(s + r) - load(L.data() + r)));
         }
         // dV_j += P_ij^T dO_i (line 12).
-        gemm_pv(St.data(), Brp, bc, br, dOi.data(), dp, dp, dVj.data(), dp);
+        gemm_pv(St.data(), Brp, bc, br, dOi.data(), dpad, dpad, dVj.data(), dpad);
         // dP_ij^T = V_j dO_i^T (line 13), then dS_ij^T = P_ij^T * (dP_ij^T - D_i) (line 14).
         gemm_qk(Vj.data(), bc, d, dOt.data(), Brp, brp, 1.f, dSt.data(), Brp);
         for (int64_t c = 0; c < bc; ++c) {
@@ -157,15 +163,15 @@ void backward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, cons
           for (int64_t r = 0; r < brp; r += VW) store(ds + r, load(pt + r) * (load(ds + r) - load(Di.data() + r)));
         }
         // dK_j += dS_ij^T Q_i (line 16; the factor scale is applied once, at the write).
-        gemm_pv(dSt.data(), Brp, bc, br, Qi.data(), dp, dp, dKj.data(), dp);
+        gemm_pv(dSt.data(), Brp, bc, br, Qi.data(), dpad, dpad, dKj.data(), dpad);
       }
     // Write dK_j, dV_j to HBM, once (line 18).
     T* dk = dK + p.kv_offset(b, hk * G, c0);
     T* dv = dV + p.kv_offset(b, hk * G, c0);
     for (int64_t c = 0; c < bc; ++c)
       for (int64_t x = 0; x < d; ++x) {
-        dk[c * d + x] = scale * dKj[c * dp + x];
-        dv[c * d + x] = dVj[c * dp + x];
+        dk[c * d + x] = scale * dKj[c * dpad + x];
+        dv[c * d + x] = dVj[c * dpad + x];
       }
   }
 
@@ -174,13 +180,17 @@ void backward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, cons
 
   // ---- pass 2: dQ_i, one task per (batch, head, query block) ---------------------------------
   struct Sram2 {
-    std::vector<float> Qi, dOi, Kt, Vt, Kj, S, dS, dQi;
+    std::vector<float> Qi, dOi;      // (Br, d)      this query block
+    std::vector<float> Kt, Vt;       // (d, Bcp)     K_j, V_j transposed (B operands of S, dP)
+    std::vector<float> Kj;           // (Bc, dpad)   K_j by rows (B operand of dQ)
+    std::vector<float> S, dS;        // (Br, Bcp)    S; dP then dS
+    std::vector<float> dQi;          // (Br, dpad)   the gradient being summed
   };
   std::vector<Sram2> s2(static_cast<size_t>(threads));
   for (Sram2& t : s2)
     t = {std::vector<float>(Br * d), std::vector<float>(Br * d), std::vector<float>(d * Bcp),
-         std::vector<float>(d * Bcp), std::vector<float>(Bc * dp, 0.f), std::vector<float>(Br * Bcp),
-         std::vector<float>(Br * Bcp), std::vector<float>(Br * dp)};
+         std::vector<float>(d * Bcp), std::vector<float>(Bc * dpad, 0.f), std::vector<float>(Br * Bcp),
+         std::vector<float>(Br * Bcp), std::vector<float>(Br * dpad)};
 
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
   for (int64_t t = 0; t < p.B * p.H * Tr; ++t) {
@@ -198,7 +208,7 @@ void backward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, cons
       const T* k = K + p.kv_offset(b, h, c0);
       const T* v = V + p.kv_offset(b, h, c0);
       for (int64_t c = 0; c < bn; ++c) {
-        std::copy(k + c * d, k + (c + 1) * d, Kj.data() + c * dp);
+        std::copy(k + c * d, k + (c + 1) * d, Kj.data() + c * dpad);
         for (int64_t x = 0; x < d; ++x) Kt[x * Bcp + c] = k[c * d + x], Vt[x * Bcp + c] = v[c * d + x];
       }
       gemm_qk(Qi.data(), br, d, Kt.data(), Bcp, bcp, scale, S.data(), Bcp);      // S_ij
@@ -217,11 +227,11 @@ void backward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, cons
         }
       }
       // dQ_i += dS_ij K_j (FA2 Alg. 2 line 15, in a fixed order: no atomics).
-      gemm_pv(dS.data(), Bcp, br, bn, Kj.data(), dp, dp, dQi.data(), dp);
+      gemm_pv(dS.data(), Bcp, br, bn, Kj.data(), dpad, dpad, dQi.data(), dpad);
     }
     for (int64_t r = 0; r < br; ++r) {
       T* dq = dQ + p.q_offset(b, h, r0 + r);
-      for (int64_t x = 0; x < d; ++x) dq[x] = scale * dQi[r * dp + x];
+      for (int64_t x = 0; x < d; ++x) dq[x] = scale * dQi[r * dpad + x];
     }
   }
 }
