@@ -29,6 +29,7 @@
 #include <limits>
 #include <vector>
 
+#include "bug_zoo.hpp"
 #include "problem.hpp"
 
 namespace online_softmax {
@@ -38,7 +39,7 @@ namespace online_softmax {
 // is -inf itself and must weigh exp(-inf) = 0, so subtract 0 instead of -inf.
 template <class T>
 T exp_minus(T x, T m) {
-  return std::exp(x - (m == -std::numeric_limits<T>::infinity() ? T(0) : m));
+  return std::exp(x - (m == -std::numeric_limits<T>::infinity() ? FA_BUG(NAN_ON_MASKED_ROW, T(0), m) : m));
 }
 
 // Softmax of one vector, y = softmax(x), n >= 1, at least one x_j finite (Milakov & Gimelshein
@@ -80,7 +81,7 @@ State<T> empty_state(int64_t d) {
 template <class T>
 void add_key(State<T>& st, T s, const T* v) {
   const T m_new = std::max(st.m, s);
-  const T alpha = exp_minus(st.m, m_new);  // rescales the old l and o
+  const T alpha = exp_minus(st.m, FA_BUG(RESCALE_BY_NEW_KEY, m_new, s));  // rescales the old l and o
   const T beta = exp_minus(s, m_new);      // weight of the new key, P_ij * l
   st.l = st.l * alpha + beta;
   for (size_t c = 0; c < st.o.size(); ++c) st.o[c] = st.o[c] * alpha + beta * v[c];

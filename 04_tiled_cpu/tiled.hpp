@@ -33,6 +33,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "bug_zoo.hpp"
 #include "io_count.hpp"
 #include "microkernel.hpp"
 #include "problem.hpp"
@@ -73,7 +74,7 @@ void forward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, T* O,
   const int64_t Br = std::min(blk.Br > 0 ? blk.Br : def.Br, p.N_q);
   const int64_t Bc = std::min(blk.Bc > 0 ? blk.Bc : def.Bc, p.N_k);
   const int64_t Tr = (p.N_q + Br - 1) / Br;           // number of query blocks
-  const float scale = p.resolved_scale();
+  const float scale = FA_BUG(HARDCODED_SCALE, p.resolved_scale(), 1.f / std::sqrt(float(d)));
   const float neg_inf = -std::numeric_limits<float>::infinity();
   // Padded to whole vectors: Bcp keys, dpad dims ("d padded"; not dP, the gradient of stage 06).
   const int64_t Bcp = round_up(Bc, VW), dpad = round_up(d, VW);
@@ -183,7 +184,7 @@ void forward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, T* O,
           continue;
         }
         for (int64_t x = 0; x < d; ++x) o[x] = acc[x] / l[r];
-        LSE[p.lse_offset(b, h, r0 + r)] = m[r] + std::log(l[r]);
+        LSE[p.lse_offset(b, h, r0 + r)] = m[r] + FA_BUG(LSE_LOG2, std::log(l[r]), std::log2(l[r]));
       }
       if (blk.io) io.hbm_read += br * d, io.hbm_write += br * d + br;
     }

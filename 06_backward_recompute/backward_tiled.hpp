@@ -46,6 +46,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "bug_zoo.hpp"
 #include "microkernel.hpp"
 #include "problem.hpp"
 #include "tiled.hpp"
@@ -66,7 +67,7 @@ inline void row_dots(const fa::AttnProblem& p, const float* O, const float* dO, 
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t r = 0; r < p.lse_elems(); ++r) {
     float s = 0.f;
-    for (int64_t c = 0; c < p.d; ++c) s += dO[r * p.d + c] * O[r * p.d + c];
+    for (int64_t c = 0; c < p.d; ++c) s += dO[r * p.d + c] * FA_BUG(D_FROM_DO_ONLY, O, dO)[r * p.d + c];
     D[r] = s;
   }
 }
@@ -125,7 +126,7 @@ void backward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, cons
     // Causal: queries before i_first see none of these keys; their blocks are skipped whole.
     const int64_t i_first = p.causal ? std::max<int64_t>(0, c0 - shift) : 0;
 
-    for (int64_t h = hk * G; h < (hk + 1) * G; ++h)            // GQA: the heads sharing kv head hk
+    for (int64_t h = hk * G; h < FA_BUG(GQA_FIRST_HEAD_ONLY, (hk + 1) * G, hk * G + 1); ++h)  // GQA: heads sharing hk
       for (int64_t r0 = i_first / Br * Br; r0 < p.N_q; r0 += Br) {  // line 8: the query blocks
         const int64_t br = std::min(Br, p.N_q - r0), brp = round_up(br, VW);
         // Load Q_i, dO_i (rows, and transposed), LSE_i and D_i (line 9).

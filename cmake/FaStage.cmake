@@ -59,3 +59,26 @@ function(fa_add_stage name)
     target_compile_options(bench_${name} PRIVATE ${ARG_OPTIONS})
   endif()
 endfunction()
+
+# fa_add_zoo(<name> <test.cpp> BUGS <BUG>... [LIBS <lib>...] [OPTIONS <flag>...] [INCLUDES <dir>...])
+# The bug zoo (docs/bug_zoo.md, common/bug_zoo.hpp): for each BUG, the stage's test program built
+# again with -DFA_BUG_ID=<BUG> (zoo_<name>_<bug>), and a ctest test zoo_<bug> (label zoo) that
+# passes only if that program FAILS (scripts/zoo_expect_fail.sh names the test cases that caught
+# it). Off with -DFA_BUG_ZOO=OFF.
+function(fa_add_zoo name test_src)
+  cmake_parse_arguments(ARG "" "" "BUGS;LIBS;OPTIONS;INCLUDES" ${ARGN})
+  if(NOT FA_BUG_ZOO)
+    return()
+  endif()
+  foreach(bug IN LISTS ARG_BUGS)
+    string(TOLOWER ${bug} low)
+    set(t zoo_${name}_${low})
+    add_executable(${t} ${test_src})
+    target_link_libraries(${t} PRIVATE fa_test ${ARG_LIBS})
+    target_compile_options(${t} PRIVATE ${ARG_OPTIONS})
+    target_include_directories(${t} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR} ${ARG_INCLUDES})
+    target_compile_definitions(${t} PRIVATE FA_BUG_ID=${bug} STAGE_BIN="$<TARGET_FILE:${name}>")
+    add_test(NAME zoo_${low} COMMAND ${CMAKE_SOURCE_DIR}/scripts/zoo_expect_fail.sh $<TARGET_FILE:${t}>)
+    set_tests_properties(zoo_${low} PROPERTIES LABELS zoo)
+  endforeach()
+endfunction()

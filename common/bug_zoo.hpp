@@ -1,0 +1,31 @@
+// The bug zoo (docs/bug_zoo.md): classic FlashAttention bugs, each injectable at the one place
+// it would live, to show that the course's tests catch it. A normal build injects nothing.
+//
+//   const T alpha = exp_minus(st.m, FA_BUG(RESCALE_BY_NEW_KEY, m_new, s));
+//
+// reads `m_new` (right) unless the build was made with -DFA_BUG_ID=RESCALE_BY_NEW_KEY, which
+// makes it `s` (wrong). The zoo builds (CMake option FA_BUG_ZOO, ctest label `zoo`) compile a
+// stage's tests once per bug and pass only if those tests FAIL.
+#pragma once
+
+namespace fa::zoo {
+
+enum Bug {
+  NONE,
+  RESCALE_BY_NEW_KEY,   // stage 03: rescale the running sum against the new key, not the new max
+  NAN_ON_MASKED_ROW,    // stage 03: exp(-inf - -inf) on a row that has seen no key yet
+  LSE_LOG2,             // stage 04: LSE = m + log2(l), base 2 instead of e
+  HARDCODED_SCALE,      // stage 04: 1/sqrt(d) instead of the problem's scale
+  D_FROM_DO_ONLY,       // stage 06: D = rowsum(dO * dO) instead of rowsum(dO * O)
+  GQA_FIRST_HEAD_ONLY,  // stage 06: dK, dV from the first query head of a GQA group only
+};
+
+#ifndef FA_BUG_ID
+#define FA_BUG_ID NONE
+#endif
+inline constexpr Bug kBug = FA_BUG_ID;
+
+}  // namespace fa::zoo
+
+// `right`, or `wrong` when this build injects bug `name` (a fa::zoo::Bug).
+#define FA_BUG(name, right, wrong) (::fa::zoo::kBug == ::fa::zoo::name ? (wrong) : (right))
