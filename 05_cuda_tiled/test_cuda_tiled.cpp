@@ -1,6 +1,9 @@
 // Stage 05's GPU tests (skipped, exit code 77, on a machine without a GPU: common/cuda/test_main_gpu.cpp).
-//   - the conformance battery for every kernel in fp32, fp16 and bf16 (common/conformance.hpp)
+//   - the conformance battery for every kernel in fp32, fp16 and bf16 (common/conformance.hpp;
+//     v3 ... v6 in fp16 and bf16, where they run themselves)
 //   - v1 at block shapes that do not divide N, at tiny and huge blocks, at head dims 1 .. 256
+//   - every tensor-core version (v2 ... v6) at ragged sizes around its blocks, d = 64 and 128;
+//     v5 and v6 at every block shape they are compiled for
 //   - determinism (a race shows as a result that moves between runs)
 //   - offsets past 2^31 elements
 //   - the measured extra GPU memory against the plan (0 for v1, S and P for cuBLAS)
