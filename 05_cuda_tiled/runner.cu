@@ -193,11 +193,16 @@ struct V6 {
   static int64_t smem(int64_t d, int64_t warps, int64_t Bc) { return v6::smem_bytes(int(d), int(warps), int(Bc)); }
 };
 
+// Ver's shapes at head dim d, as (Br, Bc).
 template <class Ver, class... S>
 std::vector<BlockShape> shape_list(int64_t d, std::tuple<S...>*) {
   std::vector<BlockShape> list;
   ((d <= S::max_d ? list.push_back(BlockShape{Ver::rows_per_warp * S::warps, S::Bc}) : void()), ...);
   return list;
+}
+template <class Ver>
+std::vector<BlockShape> shape_list(int64_t d) {
+  return shape_list<Ver>(d, static_cast<typename Ver::Shapes*>(nullptr));
 }
 
 // Launches a tensor-core kernel (v2 ... v6) for the dtype and head dim of the problem:
@@ -236,6 +241,10 @@ template <class Ver, class Go, class... S>
 bool dispatch_shape(const Plan& pl, int64_t d, Go go, std::tuple<S...>*) {
   return (if_shape<Ver, S>(pl, d, go) || ...);
 }
+template <class Ver, class Go>
+bool dispatch_shape(const Plan& pl, int64_t d, Go go) {
+  return dispatch_shape<Ver>(pl, d, go, static_cast<typename Ver::Shapes*>(nullptr));
+}
 
 void tc_forward(const fa::AttnProblem& p, fa::DType dtype, const void* Q, const void* K, const void* V,
                 void* O, float* LSE, const Plan& pl, cudaStream_t stream) {
@@ -248,9 +257,9 @@ void tc_forward(const fa::AttnProblem& p, fa::DType dtype, const void* Q, const 
   else if (pl.runs == "v4")
     go([](auto t, auto d) { return v4::forward_kernel<decltype(t), decltype(d)::value>; });
   else if (pl.runs == "v5")
-    found = dispatch_shape<V5>(pl, p.d, go, static_cast<V5Shapes*>(nullptr));
+    found = dispatch_shape<V5>(pl, p.d, go);
   else
-    found = dispatch_shape<V6>(pl, p.d, go, static_cast<V6Shapes*>(nullptr));
+    found = dispatch_shape<V6>(pl, p.d, go);
   if (!found)  // plan() checked the shape: unreachable unless the two disagree
     throw Unsupported("--block-q/--block-k", "a compiled shape", std::to_string(pl.Br) + "x" + std::to_string(pl.Bc));
 }
@@ -258,8 +267,8 @@ void tc_forward(const fa::AttnProblem& p, fa::DType dtype, const void* Q, const 
 }  // namespace
 
 std::vector<BlockShape> block_shapes(const std::string& kernel, int64_t d) {
-  if (kernel == "v5") return shape_list<V5>(d, static_cast<V5Shapes*>(nullptr));
-  if (kernel == "v6") return shape_list<V6>(d, static_cast<V6Shapes*>(nullptr));
+  if (kernel == "v5") return shape_list<V5>(d);
+  if (kernel == "v6") return shape_list<V6>(d);
   return {};
 }
 

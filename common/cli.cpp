@@ -351,12 +351,12 @@ int stage_main(int argc, char** argv, const Stage& stage,
       nonfinite |= warn_nonfinite(stage.name, "dK", br.dK, false);
       nonfinite |= warn_nonfinite(stage.name, "dV", br.dV, false);
     }
-    // Stage 01 says which of its two failure modes happened (overflow, or a whole row that
-    // underflows), when its outputs show one or when the checks run anyway (the same O(N^2 d)).
-    if (stage.name == "01_naive" && (nonfinite || !f.no_check)) {
-      std::istringstream lines(naive_softmax_diagnosis(in));
-      for (std::string line; std::getline(lines, line);)
-        std::cerr << stage.name << ": warning: " << line << "; stage 02 subtracts the row max\n";
+    // A stage that fails by design says which failure applied (stage 01: overflow, or a whole
+    // row that underflows), when its outputs show one or when the checks run anyway (the same
+    // O(N^2 d) work).
+    if (st.diagnose && (nonfinite || !f.no_check)) {
+      std::istringstream lines(st.diagnose(in));
+      for (std::string line; std::getline(lines, line);) std::cerr << stage.name << ": warning: " << line << "\n";
     }
     if (extra_report) extra_report(in, j, txt);
     // Outputs last: every check that can fail has run, and the files are written all or nothing.

@@ -234,69 +234,67 @@ void check_backward_battery(const BackwardFn& f, bool is_stage01, const ForwardF
 }
 
 void check_backward_case(const BackwardFn& f, const Case& c, bool is_stage01, const ForwardFn& forward) {
-  {
-    INFO("case: " << c.name);
-    const Inputs in = case_inputs(c);
-    const AttnProblem& p = in.p;
-    const double maxS = max_logit(in, false);
-    // Stage 01's materialised backward overflows like its forward there: a backward fed by its own
-    // forward is still checked, with the float32 estimate standing in for stage 01's error (as in
-    // the forward battery); one fed stage 01's forward cannot be.
-    const bool naive_ok = maxS <= 80;
-    if (!naive_ok && !forward) return;
-    // The forward output a backward consumes: its own forward's O and LSE if given, else stage
-    // 01's (float32). Stage 01's backward, the baseline, always takes stage 01's.
-    const ForwardRun fwd01 = run_forward(naive::forward<float>, in);
-    const ForwardRun fwd = forward ? run_forward(forward, in) : fwd01;
-    const BackwardRun run = run_backward(f, in, fwd);
-    TensorD dQ64, dK64, dV64;
+  INFO("case: " << c.name);
+  const Inputs in = case_inputs(c);
+  const AttnProblem& p = in.p;
+  const double maxS = max_logit(in, false);
+  // Stage 01's materialised backward overflows like its forward there: a backward fed by its own
+  // forward is still checked, with the float32 estimate standing in for stage 01's error (as in
+  // the forward battery); one fed stage 01's forward cannot be.
+  const bool naive_ok = maxS <= 80;
+  if (!naive_ok && !forward) return;
+  // The forward output a backward consumes: its own forward's O and LSE if given, else stage
+  // 01's (float32). Stage 01's backward, the baseline, always takes stage 01's.
+  const ForwardRun fwd01 = run_forward(naive::forward<float>, in);
+  const ForwardRun fwd = forward ? run_forward(forward, in) : fwd01;
+  const BackwardRun run = run_backward(f, in, fwd);
+  TensorD dQ64, dK64, dV64;
+  reference_backward(p, convert<double>(in.Q), convert<double>(in.K), convert<double>(in.V),
+                     convert<double>(in.dO), dQ64, dK64, dV64);
+  const BackwardRun r01 = run_backward(naive::backward<float>, in, fwd01);
+  // A backward that recomputes P from its forward's LSE inherits LSE's rounding to float32
+  // (a relative error up to 2^-24 |LSE| in every P of the row), which stage 01, normalising by
+  // its own row sum, never meets: measured exactly, it joins the baseline.
+  TensorD dX32[3];
+  if (forward)
     reference_backward(p, convert<double>(in.Q), convert<double>(in.K), convert<double>(in.V),
-                       convert<double>(in.dO), dQ64, dK64, dV64);
-    const BackwardRun r01 = run_backward(naive::backward<float>, in, fwd01);
-    // A backward that recomputes P from its forward's LSE inherits LSE's rounding to float32
-    // (a relative error up to 2^-24 |LSE| in every P of the row), which stage 01, normalising by
-    // its own row sum, never meets: measured exactly, it joins the baseline.
-    TensorD dX32[3];
-    if (forward)
-      reference_backward(p, convert<double>(in.Q), convert<double>(in.K), convert<double>(in.V),
-                         convert<double>(in.dO), dX32[0], dX32[1], dX32[2], /*lse_in_float32=*/true);
-    const Tensor* got[3] = {&run.dQ, &run.dK, &run.dV};
-    const Tensor* base[3] = {&r01.dQ, &r01.dK, &r01.dV};
-    const TensorD* ref[3] = {&dQ64, &dK64, &dV64};
-    const char* names[3] = {"dQ", "dK", "dV"};
-    const Fp32Bound bound = fp32_bound(in);
-    const double dOmax = max_abs_finite(in.dO.ptr(), in.dO.numel());
-    // The size of one summand of each gradient: dQ_i, dK_j add terms scale dS_ij K_j (Q_i) whose
-    // dS = P (dP - D) is a difference of two dot products of size |dO| |V|; dV adds P dO. A
-    // gradient that is 0 by cancellation (N_k = 1 gives dS = 0) still carries the rounding of
-    // those terms, so the floor is relative to the larger of the result and one summand.
-    const double mQ = max_abs_finite(in.Q.ptr(), in.Q.numel()), mK = max_abs_finite(in.K.ptr(), in.K.numel());
-    const double dPmax = dOmax * max_abs_finite(in.V.ptr(), in.V.numel());
-    const double summand[3] = {p.resolved_scale() * dPmax * mK, p.resolved_scale() * dPmax * mQ, dOmax};
-    for (int t = 0; t < 3; ++t) {
-      const ErrorStats e = compare(got[t]->ptr(), ref[t]->ptr(), got[t]->numel());
-      const ErrorStats e01 = compare(base[t]->ptr(), ref[t]->ptr(), base[t]->numel());
-      const double floor = 4 * std::numeric_limits<float>::epsilon() *
-                           std::max({1.0, max_abs_finite(ref[t]->ptr(), ref[t]->numel()), is_stage01 ? 0.0 : summand[t]});
-      if (is_stage01) {
-        // The float32 estimate of fp32_bound() carried to a gradient: the relative logit and sum
-        // errors times the size of the gradient, plus times |dO| |V| (the size of dP), so that a
-        // gradient that is exactly 0 (V = 1 gives dQ = 0) still gets a rounding allowance.
-        const double rel = bound.O / std::max(1e-30, max_abs_finite(in.V.ptr(), in.V.numel()));
-        const double dP = dOmax * std::max(1.0, max_abs_finite(in.V.ptr(), in.V.numel()));
-        check_rule(names[t], e, rel * (max_abs_finite(ref[t]->ptr(), ref[t]->numel()) + dP), floor);
-      } else {
-        // The stand-in where stage 01 overflows: stage 01's own check below, the float32 estimate.
-        const double est = bound.O / std::max(1e-30, max_abs_finite(in.V.ptr(), in.V.numel())) *
-                           (max_abs_finite(ref[t]->ptr(), ref[t]->numel()) + dPmax);
-        double base = naive_ok ? e01.max_abs : est;
-        if (forward) {
-          const double e_lse = compare(dX32[t].ptr(), ref[t]->ptr(), ref[t]->numel()).max_abs;
-          INFO(std::string(names[t]) << " error of a float32 LSE alone: " << e_lse);
-          base += e_lse;
-        }
-        check_rule(names[t], e, base, floor);
+                       convert<double>(in.dO), dX32[0], dX32[1], dX32[2], /*lse_in_float32=*/true);
+  const Tensor* got[3] = {&run.dQ, &run.dK, &run.dV};
+  const Tensor* base[3] = {&r01.dQ, &r01.dK, &r01.dV};
+  const TensorD* ref[3] = {&dQ64, &dK64, &dV64};
+  const char* names[3] = {"dQ", "dK", "dV"};
+  const Fp32Bound bound = fp32_bound(in);
+  const double dOmax = max_abs_finite(in.dO.ptr(), in.dO.numel());
+  // The size of one summand of each gradient: dQ_i, dK_j add terms scale dS_ij K_j (Q_i) whose
+  // dS = P (dP - D) is a difference of two dot products of size |dO| |V|; dV adds P dO. A
+  // gradient that is 0 by cancellation (N_k = 1 gives dS = 0) still carries the rounding of
+  // those terms, so the floor is relative to the larger of the result and one summand.
+  const double mQ = max_abs_finite(in.Q.ptr(), in.Q.numel()), mK = max_abs_finite(in.K.ptr(), in.K.numel());
+  const double dPmax = dOmax * max_abs_finite(in.V.ptr(), in.V.numel());
+  const double summand[3] = {p.resolved_scale() * dPmax * mK, p.resolved_scale() * dPmax * mQ, dOmax};
+  for (int t = 0; t < 3; ++t) {
+    const ErrorStats e = compare(got[t]->ptr(), ref[t]->ptr(), got[t]->numel());
+    const ErrorStats e01 = compare(base[t]->ptr(), ref[t]->ptr(), base[t]->numel());
+    const double floor = 4 * std::numeric_limits<float>::epsilon() *
+                         std::max({1.0, max_abs_finite(ref[t]->ptr(), ref[t]->numel()), is_stage01 ? 0.0 : summand[t]});
+    if (is_stage01) {
+      // The float32 estimate of fp32_bound() carried to a gradient: the relative logit and sum
+      // errors times the size of the gradient, plus times |dO| |V| (the size of dP), so that a
+      // gradient that is exactly 0 (V = 1 gives dQ = 0) still gets a rounding allowance.
+      const double rel = bound.O / std::max(1e-30, max_abs_finite(in.V.ptr(), in.V.numel()));
+      const double dP = dOmax * std::max(1.0, max_abs_finite(in.V.ptr(), in.V.numel()));
+      check_rule(names[t], e, rel * (max_abs_finite(ref[t]->ptr(), ref[t]->numel()) + dP), floor);
+    } else {
+      // The stand-in where stage 01 overflows: stage 01's own check below, the float32 estimate.
+      const double est = bound.O / std::max(1e-30, max_abs_finite(in.V.ptr(), in.V.numel())) *
+                         (max_abs_finite(ref[t]->ptr(), ref[t]->numel()) + dPmax);
+      double base = naive_ok ? e01.max_abs : est;
+      if (forward) {
+        const double e_lse = compare(dX32[t].ptr(), ref[t]->ptr(), ref[t]->numel()).max_abs;
+        INFO(std::string(names[t]) << " error of a float32 LSE alone: " << e_lse);
+        base += e_lse;
       }
+      check_rule(names[t], e, base, floor);
     }
   }
 }

@@ -5,8 +5,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <limits>
-#include <sstream>
 #include <stdexcept>
 
 #include "devstats.hpp"
@@ -232,47 +230,6 @@ double max_logit(const Inputs& in, bool abs_terms) {
           mx = std::max(mx, std::fabs(scale * s));
         }
   return mx;
-}
-
-std::string naive_softmax_diagnosis(const Inputs& in) {
-  const AttnProblem& p = in.p;
-  const double scale = p.resolved_scale();
-  const double ln_max = std::log(double(std::numeric_limits<float>::max()));  // 88.72
-  const double ln_min = std::log(double(std::numeric_limits<float>::min()));  // -87.34
-  const double ln_zero = std::log(std::ldexp(1.0, -150));                     // -103.97: exp rounds to 0
-  double top = -INFINITY, lowest_row = INFINITY;  // the largest logit; the smallest row max
-  int64_t rows_low = 0, rows_zero = 0;
-  for (int64_t b = 0; b < p.B; ++b)
-    for (int64_t h = 0; h < p.H; ++h)
-      for (int64_t i = 0; i < p.N_q; ++i) {
-        double row = -INFINITY;
-        for (int64_t j = 0; j < p.keys_seen(i); ++j) {
-          const float* q = in.Q.ptr() + p.q_offset(b, h, i);
-          const float* k = in.K.ptr() + p.kv_offset(b, h, j);
-          double s = 0;
-          for (int64_t c = 0; c < p.d; ++c) s += double(q[c]) * double(k[c]);
-          row = std::max(row, scale * s);
-        }
-        if (p.keys_seen(i) == 0) continue;  // a row that sees no key: O = 0 by definition
-        top = std::max(top, row);
-        lowest_row = std::min(lowest_row, row);
-        rows_low += row < ln_min;
-        rows_zero += row < ln_zero;
-      }
-  std::ostringstream out;
-  char buf[64];
-  if (top > ln_max) {
-    std::snprintf(buf, sizeof buf, "%.4g", top);
-    out << "exp overflows float32: a logit is " << buf << ", above ln(FLT_MAX) = 88.72 (inf / inf = NaN)";
-  }
-  if (rows_low > 0) {
-    std::snprintf(buf, sizeof buf, "%.4g", lowest_row);
-    if (!out.str().empty()) out << "\n";
-    out << "exp underflows float32: in " << rows_low << " row(s) every logit is below ln(FLT_MIN) = -87.34"
-        << " (the lowest row max is " << buf << "): the row sum loses precision";
-    if (rows_zero > 0) out << ", and in " << rows_zero << " of them it is 0 (0 / 0 = NaN)";
-  }
-  return out.str();
 }
 
 ForwardRun run_forward(const ForwardFn& f, const Inputs& in) {

@@ -55,14 +55,6 @@ Tensor load_npy_as(const std::string& path, const std::string& arg, const std::v
 // scale * sum_c |Q_ic K_jc| instead (the size of the terms a float32 dot product rounds).
 double max_logit(const Inputs& in, bool abs_terms = false);
 
-// The two ways the textbook softmax (stage 01: exp(S) / rowsum(exp(S)), no max subtracted) fails
-// in float32, told apart from the logits (computed in double over the visible entries):
-//   overflow  : a logit above ln(FLT_MAX) = 88.72: exp gives inf, inf / inf = NaN;
-//   underflow : every logit of a row below ln(FLT_MIN) = -87.34: exp gives subnormals, the row
-//               sum loses precision; below -103.97 it is exactly 0, and 0 / 0 = NaN.
-// One line per mode that applies, naming the logit that triggers it; "" if neither does.
-std::string naive_softmax_diagnosis(const Inputs& in);
-
 // Bytes of memory the kernel reports as available now (MemAvailable in /proc/meminfo); -1 if unknown.
 int64_t available_memory_bytes();
 

@@ -36,6 +36,9 @@ struct Stage {
   // with in == nullptr as soon as the shape flags give the problem (before inputs are made), and
   // again with the inputs. Throws InputError.
   std::function<void(const AttnProblem&, const Inputs* in, DType)> precheck = {};
+  // A stage that fails by design on some inputs (stage 01's textbook softmax): which failure
+  // applies to these inputs, one line each, "" if none. The program prints each as a warning.
+  std::function<std::string(const Inputs&)> diagnose = {};
 };
 
 }  // namespace fa
