@@ -22,16 +22,13 @@
 #include <benchmark/benchmark.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
-#include <curand.h>
 
 #include <algorithm>
 #include <cstdio>
-#include <map>
-#include <stdexcept>
 #include <string>
-#include <tuple>
 #include <vector>
 
+#include "bench_inputs.hpp"
 #include "check.hpp"
 #include "device_buffer.hpp"
 #include "devstats.hpp"
@@ -41,52 +38,10 @@
 
 namespace {
 
-constexpr double kPeakFp32 = 66.9, kPeakBf16 = 989.4;  // TFLOP/s, dense, datasheet (H100/H200 SXM)
-
-double peak_tflops(fa::DType t) { return t == fa::DType::fp32 ? kPeakFp32 : kPeakBf16; }
-
-void curand_check(curandStatus_t s) {
-  if (s != CURAND_STATUS_SUCCESS) throw std::runtime_error("cuRAND error " + std::to_string(int(s)));
-}
-
-// n normal(0, 1) values in `dtype` at dst (cuRAND makes float32; a cast kernel would be more
-// code than this: float32 goes straight in, 16-bit types are converted on the host once).
-void fill_normal(void* dst, int64_t n, fa::DType t, uint64_t seed) {
-  fa::DeviceBuffer<float> tmp(n + (n & 1), fa::Mem::Io);  // cuRAND's normals come in pairs
-  curandGenerator_t gen;
-  curand_check(curandCreateGenerator(&gen, CURAND_RNG_PSEUDO_PHILOX4_32_10));
-  curand_check(curandSetPseudoRandomGeneratorSeed(gen, seed));
-  curand_check(curandGenerateNormal(gen, tmp.get(), size_t(tmp.size()), 0.f, 1.f));
-  curand_check(curandDestroyGenerator(gen));
-  if (t == fa::DType::fp32) {
-    FA_CUDA_CHECK(cudaMemcpy(dst, tmp.get(), size_t(n) * 4, cudaMemcpyDeviceToDevice));
-    return;
-  }
-  std::vector<float> h(static_cast<size_t>(n));
-  std::vector<uint16_t> h16(static_cast<size_t>(n));
-  FA_CUDA_CHECK(cudaMemcpy(h.data(), tmp.get(), size_t(n) * 4, cudaMemcpyDeviceToHost));
-  fa::encode(t, h.data(), n, h16.data());
-  FA_CUDA_CHECK(cudaMemcpy(dst, h16.data(), size_t(n) * 2, cudaMemcpyHostToDevice));
-}
-
-// A random tensor of n elements in dtype t, made once per (n, t, seed) and kept: every problem of
-// the papers' grid has the same element counts (B*N = 16384, H*d = 2048), so they share inputs.
-const void* random_tensor(int64_t n, fa::DType t, uint64_t seed) {
-  static std::map<std::tuple<int64_t, int, uint64_t>, fa::DeviceBuffer<uint8_t>> cache;
-  auto& buf = cache[{n, int(t), seed}];
-  if (buf.size() == 0) {
-    buf = fa::DeviceBuffer<uint8_t>(fa::dtype_bytes(t) * n, fa::Mem::Io);
-    fill_normal(buf.get(), n, t, seed);
-  }
-  return buf.get();
-}
-
-int64_t l2_bytes() {
-  int dev = 0, l2 = 0;
-  FA_CUDA_CHECK(cudaGetDevice(&dev));
-  FA_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
-  return l2;
-}
+using fa::bench::fill_normal;
+using fa::bench::paper_problem;
+using fa::bench::peak_tflops;
+using fa::bench::random_tensor;
 
 void BM_gemm(benchmark::State& state) {
   const fa::DType t = fa::DType(state.range(0));
@@ -132,8 +87,7 @@ void time_forward(benchmark::State& state, const std::string& kernel, fa::DType 
                   const fa05::Config& cfg) {
   const int64_t eb = fa::dtype_bytes(t);
   const int64_t set_bytes = eb * (p.q_elems() + 2 * p.kv_elems());
-  // Enough input sets that their total exceeds 3x the L2 cache (at most 8).
-  const int sets = int(std::clamp<int64_t>((3 * l2_bytes() + set_bytes - 1) / set_bytes, 1, 8));
+  const int sets = fa::bench::input_sets(set_bytes);
   std::vector<const void*> Q, K, V;
   for (int s = 0; s < sets; ++s) {
     Q.push_back(random_tensor(p.q_elems(), t, 10 + 3 * s));
@@ -170,12 +124,6 @@ void time_forward(benchmark::State& state, const std::string& kernel, fa::DType 
   state.counters["Bc"] = double(pl.Bc);
   state.counters["smem_bytes"] = double(pl.smem_bytes);
   state.SetLabel(kernel + ":" + fa::dtype_name(t));
-}
-
-fa::AttnProblem paper_problem(int64_t N, int64_t d, bool causal) {
-  fa::AttnProblem p;
-  p.B = 16384 / N, p.H = 2048 / d, p.H_kv = p.H, p.N_q = N, p.N_k = N, p.d = d, p.causal = causal;
-  return p;
 }
 
 // Args: kernel index, dtype, N, d, causal.

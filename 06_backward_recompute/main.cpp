@@ -3,8 +3,10 @@
 //   --block-q Br     query rows per block   (default: 64 for d <= 64, else 128: bwd::default_blocks)
 //   --block-k Bc     key rows per block
 //   --threads T      OpenMP threads         (default: all)
-//   --device D       cpu (default) or gpu: stage 05's v1 forward and the GPU backward gpu_v1
-//                    (kernels/bwd_v1_fp32.cuh), fp32; built only where nvcc is
+//   --device D       cpu (default) or gpu: a stage 05 forward and a GPU backward (runner_bwd.hpp);
+//                    built only where nvcc is
+//   --bwd-kernel K   with --device gpu: gpu_v1, gpu_v2 or gpu_v2_det (default: gpu_v1 for
+//                    --dtype fp32, gpu_v2 for fp16/bf16, whose forward is then stage 05's v5)
 #include "cli.hpp"
 #include "stage_06.hpp"
 #ifdef FA06_GPU
@@ -19,23 +21,26 @@ int main(int argc, char** argv) {
                        const float* O, const float* dO, const float* LSE, float* dQ, float* dK, float* dV) {
     bwd::backward<float>(p, Q, K, V, O, dO, LSE, dQ, dK, dV, blk);
   };
-  std::string device = "cpu";
+  std::string device = "cpu", bwd_kernel;
 #ifdef FA06_GPU
   // The GPU stage, chosen after the flags are parsed (forward_for runs then, before anything else).
   stage.forward_for = [&](fa::DType t) {
-    if (t != fa::DType::fp32) throw fa::InputError("--dtype", "fp32 (stage 06)", fa::dtype_name(t));
     if (device == "gpu") {
       if (blk.Br > 0 || blk.Bc > 0 || blk.threads > 0)
         throw fa::InputError("--block-q/--block-k/--threads", "only with --device cpu", "--device gpu");
-      const fa::Stage g = stage_06_gpu();
+      const std::string k = !bwd_kernel.empty() ? bwd_kernel : t == fa::DType::fp32 ? "gpu_v1" : "gpu_v2";
+      const fa::Stage g = stage_06_gpu(k, t);
       stage.idea = g.idea;
       stage.backward = g.backward;
-      stage.precheck = [](const fa::AttnProblem& p, const fa::Inputs*, fa::DType) {
-        fa06::backward_plan("gpu_v1", p, fa::DType::fp32);
+      stage.precheck = [k](const fa::AttnProblem& p, const fa::Inputs*, fa::DType dt) {
+        fa06::backward_plan(k, p, dt);
         fa::require_gpu();
       };
       return g.forward;
     }
+    if (t != fa::DType::fp32)
+      throw fa::InputError("--dtype", "fp32 (stage 06 on the CPU; fp16/bf16 with --device gpu)", fa::dtype_name(t));
+    if (!bwd_kernel.empty()) throw fa::InputError("--bwd-kernel", "only with --device gpu", "--device cpu");
     return stage_06().forward;
   };
 #endif
@@ -46,8 +51,11 @@ int main(int argc, char** argv) {
         ->check(CLI::Range(int64_t(1), int64_t(1) << 16));
     app.add_option("--threads", blk.threads, "OpenMP threads (default: all)")->check(CLI::Range(1, 256));
 #ifdef FA06_GPU
-    app.add_option("--device", device, "cpu (default) or gpu (stage 05 v1 forward + GPU backward gpu_v1, fp32)")
+    app.add_option("--device", device, "cpu (default) or gpu (a stage 05 forward + a GPU backward)")
         ->check(CLI::IsMember({"cpu", "gpu"}));
+    app.add_option("--bwd-kernel", bwd_kernel,
+                   "with --device gpu: gpu_v1, gpu_v2 or gpu_v2_det (default: gpu_v1 in fp32, gpu_v2 in fp16/bf16)")
+        ->check(CLI::IsMember(fa06::backward_kernels()));
 #endif
   });
 }

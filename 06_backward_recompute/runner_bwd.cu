@@ -1,12 +1,16 @@
 // Stage 06's GPU runner (runner_bwd.hpp): launch arithmetic once, in backward_plan(), and the
-// three launches of the backward.
+// launches of each backward.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <algorithm>
 #include <climits>
 #include <string>
 
 #include "check.hpp"
 #include "device_buffer.hpp"
-#include "kernels/bwd_v1_fp32.cuh"
+#include "kernels/bwd_v1_smem.cuh"
+#include "kernels/bwd_v2_mma.cuh"
 #include "runner_bwd.hpp"
 
 namespace fa06 {
@@ -24,61 +28,151 @@ void set_smem(Kernel* kernel_fn, int64_t bytes) {
                          std::to_string(bytes) + " bytes");
 }
 
+// Calls go(T{}) with T the storage type of dtype.
+template <class Go>
+void with_type(fa::DType dtype, Go&& go) {
+  switch (dtype) {
+    case fa::DType::fp32: return go(float{});
+    case fa::DType::fp16: return go(__half{});
+    case fa::DType::bf16: return go(__nv_bfloat16{});
+  }
+}
+
+int64_t v2_smem(int64_t d, int64_t W) {
+  if (d == 64) return W == 4 ? bwd_v2::smem_bytes<64, 4>() : bwd_v2::smem_bytes<64, 8>();
+  return W == 4 ? bwd_v2::smem_bytes<128, 4>() : bwd_v2::smem_bytes<128, 8>();
+}
+
 }  // namespace
 
-BwdPlan backward_plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype) {
-  if (kernel != "gpu_v1") throw fa::InputError("--kernel", "gpu_v1", "'" + kernel + "'");
+const std::vector<std::string>& backward_kernels() {
+  static const std::vector<std::string> k = {"gpu_v1", "gpu_v2", "gpu_v2_det"};
+  return k;
+}
+
+BwdPlan backward_plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, int64_t block_k) {
+  const auto& ks = backward_kernels();
+  if (std::find(ks.begin(), ks.end(), kernel) == ks.end())
+    throw fa::InputError("--kernel", "gpu_v1, gpu_v2 or gpu_v2_det", "'" + kernel + "'");
   fa::validate(p);
-  if (dtype != fa::DType::fp32)
-    throw fa::InputError("--dtype", "fp32 (gpu_v1 is the fp32 port of the CPU backward)", fa::dtype_name(dtype));
   if (p.d > 256) throw fa::InputError("--head-dim", "at most 256 for the GPU backward", std::to_string(p.d));
+  if (block_k != 0 && (kernel == "gpu_v1" || (block_k != 64 && block_k != 128)))
+    throw fa::InputError("--block-k", kernel == "gpu_v1" ? "no block choice for gpu_v1" : "64 or 128 (gpu_v2's compiled blocks)",
+                         std::to_string(block_k));
   BwdPlan pl;
-  const int64_t B = p.d <= 64 ? 64 : 32;
-  pl.Br = std::min(B, p.N_q);
-  pl.Bc = std::min(B, p.N_k);
-  pl.threads = bwd_v1::kThreads;
-  pl.blocks_dkdv = p.B * p.H_kv * ceil_div(p.N_k, pl.Bc);
-  pl.blocks_dq = p.B * p.H * ceil_div(p.N_q, pl.Br);
+  pl.runs = kernel;
+  if (kernel != "gpu_v1" && (dtype == fa::DType::fp32 || (p.d != 64 && p.d != 128))) {
+    pl.runs = "gpu_v1";
+    pl.note = kernel + " runs fp16/bf16 at d = 64 and 128; gpu_v1 runs this one";
+  }
   const int64_t blocks_d = ceil_div(p.lse_elems(), 8);  // row_dots_kernel: 8 rows per block
+  if (pl.runs == "gpu_v1") {
+    const int64_t B = p.d <= 64 ? 64 : 32;
+    pl.Br = std::min(B, p.N_q);
+    pl.Bc = std::min(B, p.N_k);
+    pl.threads = bwd_v1::kThreads;
+    pl.blocks_dkdv = p.B * p.H_kv * ceil_div(p.N_k, pl.Bc);
+    pl.blocks_dq = p.B * p.H * ceil_div(p.N_q, pl.Br);
+    const bwd_v1::Layout L{int(pl.Br), int(pl.Bc), int(p.d)};
+    pl.smem_dkdv = 4 * int64_t(L.pass1_floats());
+    pl.smem_dq = 4 * int64_t(L.pass2_floats());
+    pl.workspace_bytes = 4 * p.lse_elems();
+  } else {
+    // Bc = 16 W keys per thread block; the default from the block sweep (BM_bwd_shape).
+    pl.Bc = block_k != 0 ? block_k : (p.d == 64 ? 64 : 128);
+    pl.Br = bwd_v2::Br;
+    pl.threads = 2 * pl.Bc;  // W = Bc / 16 warps
+    pl.blocks_dkdv = p.B * p.H_kv * ceil_div(p.N_k, pl.Bc);
+    pl.smem_dkdv = v2_smem(p.d, pl.Bc / 16);
+    pl.workspace_bytes = 4 * p.lse_elems() + 4 * p.q_elems() +
+                         (kernel == "gpu_v2_det" ? 4 * p.B * p.H * ceil_div(p.N_q, bwd_v2::Br) : 0);
+  }
   if (std::max({pl.blocks_dkdv, pl.blocks_dq, blocks_d}) > INT_MAX)
     throw fa::InputError("--batch/--heads/--seq-q", "at most 2^31 - 1 thread blocks",
                          std::to_string(std::max({pl.blocks_dkdv, pl.blocks_dq, blocks_d})));
-  const bwd_v1::Layout L{int(pl.Br), int(pl.Bc), int(p.d)};
-  pl.smem_dkdv = 4 * int64_t(L.pass1_floats());
-  pl.smem_dq = 4 * int64_t(L.pass2_floats());
-  pl.workspace_bytes = 4 * p.lse_elems();
   return pl;
 }
 
-void backward(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const void* Q,
-              const void* K, const void* V, const void* O, const void* dO, const float* LSE, void* dQ,
-              void* dK, void* dV, cudaStream_t stream) {
-  const BwdPlan pl = backward_plan(kernel, p, dtype);
-  const auto* q = static_cast<const float*>(Q);
-  const auto* k = static_cast<const float*>(K);
-  const auto* v = static_cast<const float*>(V);
-  const auto* o = static_cast<const float*>(O);
-  const auto* g = static_cast<const float*>(dO);
+namespace {
+
+template <class T>
+void run_v1(const BwdPlan& pl, const fa::AttnProblem& p, const T* q, const T* k, const T* v, const T* g,
+            const float* LSE, const float* D, T* dQ, T* dK, T* dV, cudaStream_t stream) {
   const float scale = p.resolved_scale();
   const bwd_v1::Layout L{int(pl.Br), int(pl.Bc), int(p.d)};
-
-  // D = rowsum(dO * O): one warp per row, 8 rows per thread block of 256.
-  fa::DeviceBuffer<float> D(p.lse_elems(), fa::Mem::Extra, stream);
-  bwd_v1::row_dots_kernel<<<unsigned(ceil_div(p.lse_elems(), 8)), 256, 0, stream>>>(o, g, D.get(), p.lse_elems(),
-                                                                                   int(p.d));
-  FA_CUDA_CHECK(cudaGetLastError());
   // Pass 1: dK, dV.
-  set_smem(bwd_v1::dk_dv_kernel, pl.smem_dkdv);
-  bwd_v1::dk_dv_kernel<<<unsigned(pl.blocks_dkdv), unsigned(pl.threads), size_t(pl.smem_dkdv), stream>>>(
-      q, k, v, g, LSE, D.get(), static_cast<float*>(dK), static_cast<float*>(dV), p, scale, L,
-      ceil_div(p.N_k, pl.Bc));
+  set_smem(bwd_v1::dk_dv_kernel<T>, pl.smem_dkdv);
+  bwd_v1::dk_dv_kernel<T><<<unsigned(pl.blocks_dkdv), unsigned(pl.threads), size_t(pl.smem_dkdv), stream>>>(
+      q, k, v, g, LSE, D, dK, dV, p, scale, L, ceil_div(p.N_k, pl.Bc));
   FA_CUDA_CHECK(cudaGetLastError());
   // Pass 2: dQ.
-  set_smem(bwd_v1::dq_kernel, pl.smem_dq);
-  bwd_v1::dq_kernel<<<unsigned(pl.blocks_dq), unsigned(pl.threads), size_t(pl.smem_dq), stream>>>(
-      q, k, v, g, LSE, D.get(), static_cast<float*>(dQ), p, scale, L, ceil_div(p.N_q, pl.Br));
+  set_smem(bwd_v1::dq_kernel<T>, pl.smem_dq);
+  bwd_v1::dq_kernel<T><<<unsigned(pl.blocks_dq), unsigned(pl.threads), size_t(pl.smem_dq), stream>>>(
+      q, k, v, g, LSE, D, dQ, p, scale, L, ceil_div(p.N_q, pl.Br));
   FA_CUDA_CHECK(cudaGetLastError());
-  // D is freed (back to the stream-ordered pool) after the kernels that read it.
+}
+
+template <class T, int Dh, int W, bool kDet>
+void launch_v2(const BwdPlan& pl, const fa::AttnProblem& p, const T* q, const T* k, const T* v, const T* g,
+               const float* LSE, const float* D, float* dQacc, int* turn, T* dK, T* dV, cudaStream_t stream) {
+  auto* fn = bwd_v2::dk_dv_dq_kernel<T, Dh, W, kDet>;
+  set_smem(fn, pl.smem_dkdv);
+  fn<<<unsigned(pl.blocks_dkdv), unsigned(pl.threads), size_t(pl.smem_dkdv), stream>>>(
+      q, k, v, g, LSE, D, dK, dV, dQacc, turn, p, p.resolved_scale(), ceil_div(p.N_k, pl.Bc));
+  FA_CUDA_CHECK(cudaGetLastError());
+}
+
+template <class T>
+void run_v2(const BwdPlan& pl, bool det, const fa::AttnProblem& p, const T* q, const T* k, const T* v, const T* g,
+            const float* LSE, const float* D, T* dQ, T* dK, T* dV, cudaStream_t stream) {
+  // dQ's float32 accumulator (and the turns of the deterministic variant) start at zero.
+  fa::DeviceBuffer<float> dQacc(p.q_elems(), fa::Mem::Extra, stream);
+  FA_CUDA_CHECK(cudaMemsetAsync(dQacc.get(), 0, size_t(dQacc.bytes()), stream));
+  fa::DeviceBuffer<int> turn(det ? p.B * p.H * ceil_div(p.N_q, bwd_v2::Br) : 0, fa::Mem::Extra, stream);
+  if (det) FA_CUDA_CHECK(cudaMemsetAsync(turn.get(), 0, size_t(turn.bytes()), stream));
+  const int W = int(pl.Bc / 16);
+  auto go = [&](auto dh, auto w, auto kdet) {
+    launch_v2<T, decltype(dh)::value, decltype(w)::value, decltype(kdet)::value>(pl, p, q, k, v, g, LSE, D, dQacc.get(),
+                                                                                 turn.get(), dK, dV, stream);
+  };
+  using I64 = std::integral_constant<int, 64>;
+  using I128 = std::integral_constant<int, 128>;
+  using W4 = std::integral_constant<int, 4>;
+  using W8 = std::integral_constant<int, 8>;
+  auto by_w = [&](auto dh, auto kdet) { W == 4 ? go(dh, W4{}, kdet) : go(dh, W8{}, kdet); };
+  auto by_d = [&](auto kdet) { p.d == 64 ? by_w(I64{}, kdet) : by_w(I128{}, kdet); };
+  det ? by_d(std::true_type{}) : by_d(std::false_type{});
+  // dQ = scale dQacc in T.
+  bwd_v2::dq_convert_kernel<T><<<unsigned(std::min<int64_t>(ceil_div(p.q_elems(), 256), 4096)), 256, 0, stream>>>(
+      dQacc.get(), dQ, p.q_elems(), p.resolved_scale());
+  FA_CUDA_CHECK(cudaGetLastError());
+  // dQacc and the turns go back to the stream-ordered pool after the kernels that use them.
+}
+
+}  // namespace
+
+void backward(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const void* Q,
+              const void* K, const void* V, const void* O, const void* dO, const float* LSE, void* dQ,
+              void* dK, void* dV, cudaStream_t stream, int64_t block_k) {
+  const BwdPlan pl = backward_plan(kernel, p, dtype, block_k);
+  with_type(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    const auto* q = static_cast<const T*>(Q);
+    const auto* k = static_cast<const T*>(K);
+    const auto* v = static_cast<const T*>(V);
+    const auto* g = static_cast<const T*>(dO);
+    // D = rowsum(dO * O) (FA2 Alg. 2 line 4): one warp per row, 8 rows per thread block of 256.
+    fa::DeviceBuffer<float> D(p.lse_elems(), fa::Mem::Extra, stream);
+    bwd_v1::row_dots_kernel<T><<<unsigned(ceil_div(p.lse_elems(), 8)), 256, 0, stream>>>(
+        static_cast<const T*>(O), g, D.get(), p.lse_elems(), int(p.d));
+    FA_CUDA_CHECK(cudaGetLastError());
+    if (pl.runs == "gpu_v1") {
+      run_v1<T>(pl, p, q, k, v, g, LSE, D.get(), static_cast<T*>(dQ), static_cast<T*>(dK), static_cast<T*>(dV), stream);
+    } else if constexpr (!std::is_same_v<T, float>) {
+      run_v2<T>(pl, pl.runs == "gpu_v2_det", p, q, k, v, g, LSE, D.get(), static_cast<T*>(dQ), static_cast<T*>(dK),
+                static_cast<T*>(dV), stream);
+    }
+  });
 }
 
 }  // namespace fa06

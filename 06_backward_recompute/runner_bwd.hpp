@@ -1,16 +1,24 @@
 // Stage 06's GPU entry point: the backward kernels behind one signature, like stage 05's
 // runner.hpp for the forward.
 //
-//   fa06::backward("gpu_v1", p, DType::fp32, Q, K, V, O, dO, LSE, dQ, dK, dV, stream);  // device pointers
+//   fa06::backward("gpu_v2", p, DType::bf16, Q, K, V, O, dO, LSE, dQ, dK, dV, stream);  // device pointers
 //
 // Layout (common/problem.hpp): Q, O, dO, dQ [B,H,N_q,d]; K, V, dK, dV [B,H_kv,N_k,d] in the dtype;
 // LSE [B,H,N_q] float32, natural log (-inf for a row that sees no key). Bottom-right causal, GQA,
 // any N_q and N_k.
+//
+// The kernels (backward_kernels() lists them):
+//   gpu_v1      kernels/bwd_v1_smem.cuh: the CPU backward's two passes in shared memory, fp32
+//               arithmetic; any dtype, d <= 256; deterministic (no atomics)
+//   gpu_v2      kernels/bwd_v2_mma.cuh: FA2 Algorithm 2 on the tensor cores, fp16/bf16 at d = 64
+//               and 128 (else it falls back to gpu_v1); dQ by fp32 atomic additions
+//   gpu_v2_det  the same kernel with dQ added in key-block order: bit-identical run after run
 #pragma once
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "dtype.hpp"
 #include "errors.hpp"
@@ -18,26 +26,34 @@
 
 namespace fa06 {
 
+// The GPU backward kernels, in course order.
+const std::vector<std::string>& backward_kernels();
+
 // How the backward runs a problem. Pure host arithmetic: no GPU needed (tested in CI).
 struct BwdPlan {
+  std::string runs;                  // the kernel that runs: the one asked for, or gpu_v1
+  std::string note;                  // why it fell back ("" if it did not)
   int64_t Br = 0, Bc = 0;            // block sizes, rows
-  int64_t threads = 0;               // threads per thread block
-  int64_t blocks_dkdv = 0;           // thread blocks of pass 1 (B * H_kv * ceil(N_k / Bc))
-  int64_t blocks_dq = 0;             // thread blocks of pass 2 (B * H * ceil(N_q / Br))
-  int64_t smem_dkdv = 0, smem_dq = 0;  // shared memory per thread block of each pass, bytes
-  int64_t workspace_bytes = 0;       // extra GPU memory: D, one float per query row
+  int64_t threads = 0;               // threads per thread block (of the main kernels)
+  int64_t blocks_dkdv = 0;           // thread blocks over key blocks (B * H_kv * ceil(N_k / Bc))
+  int64_t blocks_dq = 0;             // gpu_v1's pass 2 (B * H * ceil(N_q / Br)); 0 for gpu_v2
+  int64_t smem_dkdv = 0, smem_dq = 0;  // shared memory per thread block of each kernel, bytes
+  // Extra GPU memory, bytes: D (one float per query row); gpu_v2 adds dQ's float32 accumulator
+  // (4 B H N_q d bytes) and gpu_v2_det one int per (b, h, query block) besides.
+  int64_t workspace_bytes = 0;
 };
 
-// Throws fa::InputError for an invalid problem (fa::validate), for a dtype other than fp32
-// ("--dtype": gpu_v1 is the fp32 port), for d > 256 ("--head-dim") and for a grid past 2^31 - 1
-// thread blocks. Blocks: 64 rows for d <= 64, else 32 (shared memory: at most 201 KiB at d = 256).
-BwdPlan backward_plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype);
+// Throws fa::InputError for an invalid problem (fa::validate), an unknown kernel ("--kernel"),
+// d > 256 ("--head-dim"), a grid past 2^31 - 1 thread blocks, or a block_k gpu_v2 is not compiled
+// for ("--block-k": 64 or 128; 0 = the default, 64 at d = 64, 128 at d = 128). gpu_v1 blocks: 64
+// rows for d <= 64, else 32 (shared memory: at most 201 KiB at d = 256).
+BwdPlan backward_plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, int64_t block_k = 0);
 
 // Runs the backward on device pointers (layout above) on `stream`, without waiting for it:
-// D = rowsum(dO * O), then pass 1 (dK, dV), then pass 2 (dQ); every element of dQ, dK, dV is
-// written. Throws as backward_plan(), fa::CudaError when CUDA fails.
+// D = rowsum(dO * O), then the kernels of the plan; every element of dQ, dK, dV is written.
+// Throws as backward_plan(), fa::CudaError when CUDA fails.
 void backward(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const void* Q,
               const void* K, const void* V, const void* O, const void* dO, const float* LSE, void* dQ,
-              void* dK, void* dV, cudaStream_t stream);
+              void* dK, void* dV, cudaStream_t stream, int64_t block_k = 0);
 
 }  // namespace fa06

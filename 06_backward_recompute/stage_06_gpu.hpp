@@ -1,34 +1,44 @@
-// Stage 06 on the GPU as the programs, the tests and the tour see it (common/stage.hpp): stage
-// 05's v1 forward (fp32, it returns O and LSE) and the GPU backward of runner_bwd.hpp, both behind
-// the host adapter (common/cuda/adapter.hpp: upload, run, poison, download).
+// Stage 06 on the GPU as the programs, the tests and the tour see it (common/stage.hpp): a stage
+// 05 forward (it returns O and LSE) and a GPU backward of runner_bwd.hpp, both behind the host
+// adapter (common/cuda/adapter.hpp: upload, run, poison, download).
 #pragma once
 #include "adapter.hpp"
 #include "runner_bwd.hpp"
 #include "stage.hpp"
 #include "stage_05.hpp"
 
-// The BackwardFn of the GPU backward `kernel` ("gpu_v1") in fp32. A problem it cannot run is
-// refused (fa06::backward_plan throws InputError) before anything touches the GPU.
-inline fa::BackwardFn stage_06_gpu_backward(const std::string& kernel = "gpu_v1") {
-  const fa::DType t = fa::DType::fp32;
+// The BackwardFn of the GPU backward `kernel` (fa06::backward_kernels()) in `dtype`. A problem it
+// cannot run is refused (fa06::backward_plan throws InputError) before anything touches the GPU.
+inline fa::BackwardFn stage_06_gpu_backward(const std::string& kernel = "gpu_v1", fa::DType t = fa::DType::fp32,
+                                            int64_t block_k = 0) {
   fa::BackwardFn on_gpu = fa::gpu_backward(
-      [kernel](const fa::AttnProblem& p, fa::DType dt, const void* Q, const void* K, const void* V,
-               const void* O, const void* dO, const float* LSE, void* dQ, void* dK, void* dV,
-               cudaStream_t stream) { fa06::backward(kernel, p, dt, Q, K, V, O, dO, LSE, dQ, dK, dV, stream); },
-      t, [kernel](const fa::AttnProblem& p, fa::DType dt) { return fa06::backward_plan(kernel, p, dt).workspace_bytes; });
+      [kernel, block_k](const fa::AttnProblem& p, fa::DType dt, const void* Q, const void* K, const void* V,
+                        const void* O, const void* dO, const float* LSE, void* dQ, void* dK, void* dV,
+                        cudaStream_t stream) {
+        fa06::backward(kernel, p, dt, Q, K, V, O, dO, LSE, dQ, dK, dV, stream, block_k);
+      },
+      t,
+      [kernel, block_k](const fa::AttnProblem& p, fa::DType dt) {
+        return fa06::backward_plan(kernel, p, dt, block_k).workspace_bytes;
+      });
   return [=](const fa::AttnProblem& p, const float* Q, const float* K, const float* V, const float* O,
              const float* dO, const float* LSE, float* dQ, float* dK, float* dV) {
-    fa06::backward_plan(kernel, p, t);
+    fa06::backward_plan(kernel, p, t, block_k);
     on_gpu(p, Q, K, V, O, dO, LSE, dQ, dK, dV);
   };
 }
 
-// The whole stage on the GPU: forward by stage 05 v1, backward by `kernel`, fp32.
-inline fa::Stage stage_06_gpu(const std::string& kernel = "gpu_v1") {
+// The forward that feeds a GPU backward in `dtype`: stage 05's v1 in fp32, its fastest
+// tensor-core version (v5) in fp16/bf16 (v1 at the head dims v5 does not run).
+inline fa::ForwardFn stage_06_gpu_forward(fa::DType t) { return stage_05_forward(t == fa::DType::fp32 ? "v1" : "v5", t); }
+
+// The whole stage on the GPU: forward by stage_06_gpu_forward, backward by `kernel`.
+inline fa::Stage stage_06_gpu(const std::string& kernel = "gpu_v1", fa::DType t = fa::DType::fp32) {
   fa::Stage s;
   s.name = "06_backward_recompute";
-  s.idea = "backward from O and LSE on the GPU (" + kernel + "): recompute P block by block, D = rowsum(dO*O)";
-  s.forward = stage_05_forward("v1", fa::DType::fp32);
-  s.backward = stage_06_gpu_backward(kernel);
+  s.idea = "backward from O and LSE on the GPU (" + kernel + ", " + fa::dtype_name(t) +
+           "): recompute P block by block, D = rowsum(dO*O)";
+  s.forward = stage_06_gpu_forward(t);
+  s.backward = stage_06_gpu_backward(kernel, t);
   return s;
 }

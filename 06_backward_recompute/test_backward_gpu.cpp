@@ -1,9 +1,12 @@
 // Stage 06's GPU tests (skipped, exit code 77, on a machine without a GPU):
-//   - the backward battery for gpu_v1, fed by stage 05 v1's O and LSE (the GPU forward), against
-//     the float64 reference backward and stage 01's materialised backward
-//   - ragged sizes around the 32- and 64-row blocks, N_q != N_k, causal, GQA, d = 1 .. 256
-//   - bit-identical gradients run after run (20 runs: no atomics, a fixed order)
-//   - the extra GPU memory is D, one float per query row
+//   - the backward battery for gpu_v1 (fp32), fed by stage 05 v1's O and LSE, and for gpu_v2 and
+//     gpu_v2_det (fp16, bf16), fed by stage 05 v5's, against the float64 reference backward and
+//     stage 01's materialised backward (16-bit: plus what storing values in 16 bits causes)
+//   - ragged sizes around the blocks, N_q != N_k, causal (rows that see no key), GQA: gpu_v1 at
+//     d = 1 .. 256, gpu_v2 at d = 64 and 128 with both of its key blocks
+//   - bit-identical gradients run after run for gpu_v1 (no atomics) and gpu_v2_det (dQ added in
+//     key-block order)
+//   - the extra GPU memory: D for gpu_v1; D and dQ's float32 accumulator for gpu_v2
 // No timing here.
 #include <doctest/doctest.h>
 
@@ -14,8 +17,14 @@
 #include "devstats.hpp"
 #include "stage_06_gpu.hpp"
 
+namespace {
+const fa::DType kHalfTypes[] = {fa::DType::fp16, fa::DType::bf16};
+// The storage gpu_v2 uses (P and dS multiply in 16 bits), for the battery's baseline.
+fa::Storage v2_storage(fa::DType t) { return {t, true}; }
+}  // namespace
+
 TEST_CASE("06 gpu_v1: backward battery, O and LSE from stage 05 v1 on the GPU") {
-  fa::check_backward_battery(stage_06_gpu_backward(), false, stage_05_forward("v1", fa::DType::fp32));
+  fa::check_backward_battery(stage_06_gpu_backward(), false, stage_06_gpu_forward(fa::DType::fp32));
 }
 
 TEST_CASE("06 gpu_v1: ragged N around the blocks, N_q != N_k, causal, GQA, d = 1 .. 256") {
@@ -54,4 +63,74 @@ TEST_CASE("06 gpu_v1: extra GPU memory is D, one float per query row (the plan's
   fa::run_backward(stage_06_gpu_backward(), in, fwd);
   CHECK(mem.peak_bytes() == fa06::backward_plan("gpu_v1", p, fa::DType::fp32).workspace_bytes);
   CHECK(mem.peak_bytes() == 4 * p.lse_elems());
+}
+
+TEST_CASE("06 gpu_v2: backward battery in fp16 and bf16, O and LSE from stage 05 v5 (other d: gpu_v1)") {
+  for (fa::DType t : kHalfTypes) {
+    INFO("dtype " << std::string(fa::dtype_name(t)));
+    fa::check_backward_battery(stage_06_gpu_backward("gpu_v2", t), false, stage_06_gpu_forward(t), v2_storage(t));
+  }
+}
+
+TEST_CASE("06 gpu_v2_det: backward battery in bf16") {
+  const fa::DType t = fa::DType::bf16;
+  fa::check_backward_battery(stage_06_gpu_backward("gpu_v2_det", t), false, stage_06_gpu_forward(t), v2_storage(t));
+}
+
+// The battery's cases are mostly at d = 32 (where gpu_v2 runs gpu_v1): the same at the head dims
+// it runs itself, with N around its 64-row query steps and 64- and 128-key blocks.
+TEST_CASE("06 gpu_v2: ragged N_q != N_k, causal, GQA at d = 64 and 128, both key blocks, fp16 and bf16") {
+  const int64_t sizes[][2] = {{1, 1},   {1, 200},  {17, 17},  {63, 63},   {64, 64},   {65, 65},  {127, 129},
+                              {129, 127}, {200, 63}, {63, 200}, {300, 1000}, {1000, 300}};
+  for (const char* k : {"gpu_v2", "gpu_v2_det"})
+    for (int64_t d : {64, 128})
+      for (int64_t block_k : {64, 128})
+        for (auto& nn : sizes)
+          for (bool causal : {false, true}) {
+            const fa::Case c{std::string(k) + " shape", fa::make_problem(2, 4, 2, nn[0], nn[1], d, causal),
+                             fa::Fill::HighDims};
+            for (fa::DType t : kHalfTypes) {
+              if (std::string(k) == "gpu_v2_det" && t == fa::DType::fp16) continue;
+              INFO(k << " block_k " << block_k << " " << std::string(fa::dtype_name(t)));
+              CHECK(fa06::backward_plan(k, c.p, t, block_k).runs == k);
+              fa::check_backward_case(stage_06_gpu_backward(k, t, block_k), c, false, stage_06_gpu_forward(t),
+                                      v2_storage(t));
+            }
+          }
+}
+
+TEST_CASE("06 gpu_v2_det: bit-identical gradients over 20 runs (dQ added in key-block order)") {
+  for (int64_t block_k : {64, 128})
+    for (const fa::AttnProblem& p :
+         {fa::make_problem(2, 4, 1, 301, 257, 64, true), fa::make_problem(1, 4, 2, 700, 1333, 128, false)}) {
+      INFO(p.describe() << " block_k " << block_k);
+      const fa::DType t = fa::DType::bf16;
+      fa::Inputs in = fa::random_inputs(p, 3);
+      fa::add_grad_output(in, "", 4);
+      const fa::ForwardRun fwd = fa::run_forward(stage_06_gpu_forward(t), in);
+      const fa::BackwardFn f = stage_06_gpu_backward("gpu_v2_det", t, block_k);
+      const fa::BackwardRun a = fa::run_backward(f, in, fwd);
+      for (int rep = 1; rep < 20; ++rep) {
+        const fa::BackwardRun b = fa::run_backward(f, in, fwd);
+        CHECK(fa::same_bits(a.dQ, b.dQ));
+        CHECK(fa::same_bits(a.dK, b.dK));
+        CHECK(fa::same_bits(a.dV, b.dV));
+      }
+    }
+}
+
+TEST_CASE("06 gpu_v2: extra GPU memory is D and dQ's float32 accumulator (gpu_v2_det: + one int per query block)") {
+  const fa::AttnProblem p = fa::make_problem(2, 4, 2, 300, 500, 128, true);
+  const fa::DType t = fa::DType::bf16;
+  fa::Inputs in = fa::random_inputs(p, 2);
+  fa::add_grad_output(in, "", 4);
+  const fa::ForwardRun fwd = fa::run_forward(stage_06_gpu_forward(t), in);
+  for (const char* k : {"gpu_v2", "gpu_v2_det"}) {
+    INFO(k);
+    fa::ExtraDeviceMemory mem;
+    fa::run_backward(stage_06_gpu_backward(k, t), in, fwd);
+    CHECK(mem.peak_bytes() == fa06::backward_plan(k, p, t).workspace_bytes);
+    const int64_t turns = std::string(k) == "gpu_v2_det" ? 4 * 2 * 4 * ((300 + 63) / 64) : 0;
+    CHECK(mem.peak_bytes() == 4 * p.lse_elems() + 4 * p.q_elems() + turns);
+  }
 }

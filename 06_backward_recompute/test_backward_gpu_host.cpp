@@ -2,6 +2,9 @@
 // fa06::backward_plan and what it refuses.
 #include <doctest/doctest.h>
 
+#include <string>
+#include <utility>
+
 #include "runner_bwd.hpp"
 
 TEST_CASE("06 gpu plan: blocks of 64 rows for d <= 64, else 32; grids over key and query blocks") {
@@ -26,9 +29,42 @@ TEST_CASE("06 gpu plan: blocks of 64 rows for d <= 64, else 32; grids over key a
   CHECK(small.Bc == 3);
 }
 
-TEST_CASE("06 gpu plan: refuses what gpu_v1 cannot run, naming the flag") {
+TEST_CASE("06 gpu plan: gpu_v2 takes 64 query rows a step and 64 or 128 keys a block (16 per warp)") {
+  for (const char* k : {"gpu_v2", "gpu_v2_det"})
+    for (auto [d, Bc] : {std::pair<int64_t, int64_t>{64, 64}, {128, 128}})
+      for (int64_t block_k : {int64_t(0), int64_t(64), int64_t(128)}) {
+        INFO(k << " d = " << d << " block_k " << block_k);
+        const fa::AttnProblem p = fa::make_problem(2, 8, 2, 1000, 300, d, true);
+        const fa06::BwdPlan pl = fa06::backward_plan(k, p, fa::DType::bf16, block_k);
+        const int64_t bc = block_k ? block_k : Bc;
+        CHECK(pl.runs == k);
+        CHECK(pl.note.empty());
+        CHECK(pl.Br == 64);
+        CHECK(pl.Bc == bc);
+        CHECK(pl.threads == 32 * bc / 16);
+        CHECK(pl.blocks_dkdv == 2 * 2 * ((300 + bc - 1) / bc));  // per (b, kv head, key block)
+        CHECK(pl.blocks_dq == 0);                                // no second pass
+        // K_j, V_j, two Q_i and two dO_i tiles (pitch d + 8), dS^T (pitch 72), LSE and D twice.
+        CHECK(pl.smem_dkdv == (2 * bc + 4 * 64) * (d + 8) * 2 + bc * 72 * 2 + 4 * 64 * 4);
+        CHECK(pl.smem_dkdv <= 227 * 1024);
+        const int64_t turns = std::string(k) == "gpu_v2_det" ? 4 * 2 * 8 * ((1000 + 63) / 64) : 0;
+        CHECK(pl.workspace_bytes == 4 * 2 * 8 * 1000 + 4 * p.q_elems() + turns);  // D, dQacc (+ turns)
+      }
+}
+
+TEST_CASE("06 gpu plan: gpu_v2 falls back to gpu_v1 for fp32 and for d other than 64 and 128, and says so") {
+  for (auto [d, t] : {std::pair<int64_t, fa::DType>{64, fa::DType::fp32}, {32, fa::DType::bf16}, {96, fa::DType::fp16}}) {
+    const fa06::BwdPlan pl = fa06::backward_plan("gpu_v2", fa::make_problem(1, 2, 2, 100, 100, d, false), t);
+    CHECK(pl.runs == "gpu_v1");
+    CHECK(pl.note.find("gpu_v1") != std::string::npos);
+    CHECK(pl.blocks_dq > 0);
+  }
+}
+
+TEST_CASE("06 gpu plan: refuses what a kernel cannot run, naming the flag") {
   const fa::AttnProblem p = fa::make_problem(1, 1, 1, 8, 8, 64, false);
-  CHECK_THROWS_WITH_AS(fa06::backward_plan("gpu_v1", p, fa::DType::bf16), doctest::Contains("--dtype"), fa::InputError);
+  CHECK_THROWS_WITH_AS(fa06::backward_plan("gpu_v1", p, fa::DType::fp32, 64), doctest::Contains("--block-k"), fa::InputError);
+  CHECK_THROWS_WITH_AS(fa06::backward_plan("gpu_v2", p, fa::DType::bf16, 32), doctest::Contains("--block-k"), fa::InputError);
   CHECK_THROWS_WITH_AS(fa06::backward_plan("gpu_v9", p, fa::DType::fp32), doctest::Contains("--kernel"), fa::InputError);
   CHECK_THROWS_WITH_AS(fa06::backward_plan("gpu_v1", fa::make_problem(1, 1, 1, 8, 8, 257, false), fa::DType::fp32),
                        doctest::Contains("--head-dim"), fa::InputError);

@@ -229,13 +229,23 @@ void check_forward_battery(const ForwardFn& f, bool is_stage01, Storage st) {
   for (const Case& c : forward_battery()) check_forward_case(f, c, is_stage01, st);
 }
 
-void check_backward_battery(const BackwardFn& f, bool is_stage01, const ForwardFn& forward) {
-  for (const Case& c : backward_battery()) check_backward_case(f, c, is_stage01, forward);
+void check_backward_battery(const BackwardFn& f, bool is_stage01, const ForwardFn& forward, Storage st) {
+  for (const Case& c : backward_battery()) check_backward_case(f, c, is_stage01, forward, st);
 }
 
-void check_backward_case(const BackwardFn& f, const Case& c, bool is_stage01, const ForwardFn& forward) {
-  INFO("case: " << c.name);
-  const Inputs in = case_inputs(c);
+void check_backward_case(const BackwardFn& f, const Case& c, bool is_stage01, const ForwardFn& forward, Storage st) {
+  INFO("case: " << c.name << (st.dtype != DType::fp32 ? std::string(" [") + dtype_name(st.dtype) +
+                                                            (st.P_in_dtype ? ", P and dS in dtype]" : "]")
+                                                      : std::string()));
+  Inputs in = case_inputs(c);
+  const bool lowp = st.dtype != DType::fp32;
+  if (lowp) {  // the backward reads its inputs in the dtype: everyone gets the rounded values
+    for (Tensor* t : {&in.Q, &in.K, &in.V, &in.dO}) {
+      round_tensor(*t, st.dtype);
+      REQUIRE_MESSAGE(count_nonfinite(t->ptr(), t->numel()) == 0, "inputs exceed the dtype's range");
+    }
+  }
+  REQUIRE_MESSAGE((forward || !lowp), "a 16-bit backward is checked with the forward that feeds it");
   const AttnProblem& p = in.p;
   const double maxS = max_logit(in, false);
   // Stage 01's materialised backward overflows like its forward there: a backward fed by its own
@@ -255,10 +265,13 @@ void check_backward_case(const BackwardFn& f, const Case& c, bool is_stage01, co
   // A backward that recomputes P from its forward's LSE inherits LSE's rounding to float32
   // (a relative error up to 2^-24 |LSE| in every P of the row), which stage 01, normalising by
   // its own row sum, never meets: measured exactly, it joins the baseline.
+  // A 16-bit backward also stores D's O, P, dS and the gradients in the dtype: measured the same
+  // way, the storage error replaces the float32-LSE term (it includes it).
   TensorD dX32[3];
   if (forward)
     reference_backward(p, convert<double>(in.Q), convert<double>(in.K), convert<double>(in.V),
-                       convert<double>(in.dO), dX32[0], dX32[1], dX32[2], /*lse_in_float32=*/true);
+                       convert<double>(in.dO), dX32[0], dX32[1], dX32[2], /*lse_in_float32=*/true,
+                       lowp ? BackwardStorage{st.dtype, st.P_in_dtype, &fwd.O} : BackwardStorage{});
   const Tensor* got[3] = {&run.dQ, &run.dK, &run.dV};
   const Tensor* base[3] = {&r01.dQ, &r01.dK, &r01.dV};
   const TensorD* ref[3] = {&dQ64, &dK64, &dV64};
@@ -291,7 +304,8 @@ void check_backward_case(const BackwardFn& f, const Case& c, bool is_stage01, co
       double base = naive_ok ? e01.max_abs : est;
       if (forward) {
         const double e_lse = compare(dX32[t].ptr(), ref[t]->ptr(), ref[t]->numel()).max_abs;
-        INFO(std::string(names[t]) << " error of a float32 LSE alone: " << e_lse);
+        INFO(std::string(names[t]) << (lowp ? " storage error (float32 LSE, 16-bit values): " : " error of a float32 LSE alone: ")
+                                   << e_lse);
         base += e_lse;
       }
       check_rule(names[t], e, base, floor);

@@ -85,8 +85,14 @@ void check_forward_case(const ForwardFn& f, const Case& c, bool is_stage01 = fal
 // LSE the backward consumes, its own forward's; then the baseline also carries the error that
 // storing LSE in float32 causes by itself (reference_backward with lse_in_float32), measured in
 // float64. Without it, the backward gets stage 01's O and LSE.
-void check_backward_battery(const BackwardFn& f, bool is_stage01 = false, const ForwardFn& forward = {});
+// A 16-bit backward (st.dtype fp16/bf16: the GPU's gpu_v2): Q, K, V, dO are rounded to the dtype
+// for everyone, and the baseline adds what storage alone causes (reference_backward with
+// BackwardStorage: D from the O the backward receives, P and dS in the dtype when st.P_in_dtype,
+// the gradients in the dtype), in place of the float32-LSE term it includes.
+void check_backward_battery(const BackwardFn& f, bool is_stage01 = false, const ForwardFn& forward = {},
+                            Storage st = {});
 // One case (used by the battery and by stage-specific tests).
-void check_backward_case(const BackwardFn& f, const Case& c, bool is_stage01 = false, const ForwardFn& forward = {});
+void check_backward_case(const BackwardFn& f, const Case& c, bool is_stage01 = false, const ForwardFn& forward = {},
+                         Storage st = {});
 
 }  // namespace fa

@@ -86,7 +86,7 @@ void reference_forward_stored(const AttnProblem& p, const Tensor& Q, const Tenso
 
 void reference_backward(const AttnProblem& p, const TensorD& Q, const TensorD& K,
                         const TensorD& V, const TensorD& dO, TensorD& dQ, TensorD& dK,
-                        TensorD& dV, bool lse_in_float32) {
+                        TensorD& dV, bool lse_in_float32, const BackwardStorage& stored) {
   const int64_t B = p.B, H = p.H, Hkv = p.H_kv, Nq = p.N_q, Nk = p.N_k, d = p.d;
   const double scale = p.scale != 0.f ? double(p.scale) : 1.0 / std::sqrt(double(d));
   const int64_t group = H / Hkv;
@@ -105,7 +105,8 @@ void reference_backward(const AttnProblem& p, const TensorD& Q, const TensorD& K
         if (lse_in_float32) lse = double(float(lse));  // what a backward fed a float32 LSE sees
         if (lse == -std::numeric_limits<double>::infinity()) continue;  // row sees nothing
         double D = 0;  // D_i = dO_i . O_i
-        for (int64_t c = 0; c < d; ++c) D += dO[qi + c] * O[qi + c];
+        for (int64_t c = 0; c < d; ++c)
+          D += dO[qi + c] * (stored.O ? round_to(stored.dtype, double((*stored.O)[qi + c])) : O[qi + c]);
         for (int64_t j = 0; j < Nk; ++j) {
           P[j] = 0;
           dP[j] = 0;
@@ -122,15 +123,20 @@ void reference_backward(const AttnProblem& p, const TensorD& Q, const TensorD& K
         for (int64_t j = 0; j < Nk; ++j) {
           if (P[j] == 0) continue;
           const int64_t kj = ((b * Hkv + hk) * Nk + j) * d;
-          const double dS = P[j] * (dP[j] - D);
+          double dS = P[j] * (dP[j] - D);
+          double Pj = P[j];
+          if (stored.P_in_dtype) Pj = round_to(stored.dtype, Pj), dS = round_to(stored.dtype, dS);
           for (int64_t c = 0; c < d; ++c) {
-            dV[kj + c] += P[j] * dO[qi + c];
+            dV[kj + c] += Pj * dO[qi + c];
             dQ[qi + c] += scale * dS * K[kj + c];
             dK[kj + c] += scale * dS * Q[qi + c];
           }
         }
       }
     }
+  if (stored.dtype != DType::fp32)
+    for (TensorD* g : {&dQ, &dK, &dV})
+      for (double& x : g->data) x = round_to(stored.dtype, x);
 }
 
 }  // namespace fa

@@ -37,8 +37,18 @@ void reference_forward_stored(const AttnProblem& p, const Tensor& Q, const Tenso
 // lse_in_float32: P is recomputed as exp(S - LSE) from LSE rounded to float32, as a backward that
 // takes the forward's float32 LSE (stages 06 and later) does; the difference from the exact
 // gradients is the error that storing LSE in float32 causes by itself (conformance.hpp).
+// stored (16-bit GPU backwards, conformance.hpp): values rounded where such a kernel stores them,
+// arithmetic still float64 (its error against the exact gradients is what storage alone causes):
+// D from the O the kernel receives, rounded to dtype; with P_in_dtype, P rounded to dtype before
+// it multiplies dO and dS before it multiplies K and Q (tensor cores); the gradients rounded to
+// dtype at the end.
+struct BackwardStorage {
+  DType dtype = DType::fp32;
+  bool P_in_dtype = false;
+  const Tensor* O = nullptr;  // [B,H,N_q,d]; nullptr: the reference's own O
+};
 void reference_backward(const AttnProblem& p, const TensorD& Q, const TensorD& K,
                         const TensorD& V, const TensorD& dO, TensorD& dQ, TensorD& dK,
-                        TensorD& dV, bool lse_in_float32 = false);
+                        TensorD& dV, bool lse_in_float32 = false, const BackwardStorage& stored = {});
 
 }  // namespace fa

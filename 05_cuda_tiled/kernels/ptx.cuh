@@ -85,6 +85,13 @@ __device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool val
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0)
                : "memory");
 }
+// The same for 4 bytes (one float: a row's LSE or D), .ca: the only cache mode 4-byte copies
+// allow. Used by the backward (06_backward_recompute/kernels/bwd_v2_mma.cuh).
+__device__ __forceinline__ void cp_async_4(void* dst, const void* src, bool valid) {
+  const auto d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 4 : 0)
+               : "memory");
+}
 // Closes the group of cp.async issued since the last commit (one group = one tile load).
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 // Waits until at most N of this thread's committed groups are still in flight. Other threads'

@@ -16,11 +16,15 @@
 // are bit-identical run after run (tested). The price: S and dP are computed twice (7 block
 // products instead of 5).
 //
-// Precision: fp32 in, fp32 arithmetic, fp32 out. Shapes (common/problem.hpp): Q, O, dO, dQ
+// Precision: fp32 arithmetic on chip. T (float, __half or __nv_bfloat16) is the storage type of
+// the tensors in HBM: values are converted as they are loaded and as the gradients are written,
+// so gpu_v2 (bwd_v2_mma.cuh) can fall back to this file for the head dims it is not compiled for,
+// as stage 05's tensor-core forwards fall back to v1. Shapes (common/problem.hpp): Q, O, dO, dQ
 // [B,H,N_q,d]; K, V, dK, dV [B,H_kv,N_k,d]; LSE, D [B,H,N_q]. Bottom-right causal, GQA, any N.
 #pragma once
 #include <cstdint>
 
+#include "kernel_common.cuh"
 #include "problem.hpp"
 
 namespace fa06::bwd_v1 {
@@ -30,13 +34,14 @@ constexpr int kThreads = 256;
 // D_i = rowsum(dO_i * O_i) (FA2 Alg. 2 line 4; FA1 App. B.2: it equals rowsum(P_i * dP_i), the
 // one row-wide quantity of the softmax's Jacobian). One warp per row: each lane adds every 32nd
 // element, five shuffles add the lanes. D: rows floats.
-__global__ void row_dots_kernel(const float* __restrict__ O, const float* __restrict__ dO, float* __restrict__ D,
+template <class T>
+__global__ void row_dots_kernel(const T* __restrict__ O, const T* __restrict__ dO, float* __restrict__ D,
                                 int64_t rows, int d) {
   const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (row >= rows) return;  // a whole warp leaves together
   float s = 0.f;
-  for (int x = lane; x < d; x += 32) s += dO[row * d + x] * O[row * d + x];
+  for (int x = lane; x < d; x += 32) s += fa05::load(dO[row * d + x]) * fa05::load(O[row * d + x]);
   for (int off = 16; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
   if (lane == 0) D[row] = s;
 }
@@ -76,17 +81,19 @@ __device__ __forceinline__ void mm_ab_acc(float* C, int pc, const float* A, int 
   }
 }
 
-// rows x d floats from global (pitch d) into shared memory (pitch d + 1).
-__device__ __forceinline__ void load_rows(float* dst, const float* src, int rows, int d) {
-  for (int e = threadIdx.x; e < rows * d; e += kThreads) dst[e / d * (d + 1) + e % d] = src[e];
+// rows x d elements from global (pitch d) into shared memory as floats (pitch d + 1).
+template <class T>
+__device__ __forceinline__ void load_rows(float* dst, const T* src, int rows, int d) {
+  for (int e = threadIdx.x; e < rows * d; e += kThreads) dst[e / d * (d + 1) + e % d] = fa05::load(src[e]);
 }
 
 // Pass 1: dK_j and dV_j of one key block (FA2 Alg. 2 lines 5-19 without line 15). Thread block
 // t = (b, kv head hk, key block j); Tc key blocks per head.
+template <class T>
 __global__ void __launch_bounds__(kThreads)
-dk_dv_kernel(const float* __restrict__ Q, const float* __restrict__ K, const float* __restrict__ V,
-             const float* __restrict__ dO, const float* __restrict__ LSE, const float* __restrict__ D,
-             float* __restrict__ dK, float* __restrict__ dV, const fa::AttnProblem p, const float scale,
+dk_dv_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
+             const T* __restrict__ dO, const float* __restrict__ LSE, const float* __restrict__ D,
+             T* __restrict__ dK, T* __restrict__ dV, const fa::AttnProblem p, const float scale,
              const Layout L, const int64_t Tc) {
   extern __shared__ float sm[];
   const int Br = L.Br, Bc = L.Bc, d = L.d, dp = L.dp(), sp = Br + 1;
@@ -150,20 +157,21 @@ dk_dv_kernel(const float* __restrict__ Q, const float* __restrict__ K, const flo
     }
   __syncthreads();
   // Write dK_j, dV_j to HBM, once (line 18).
-  float* dk = dK + p.kv_offset(b, hk * G, c0);
-  float* dv = dV + p.kv_offset(b, hk * G, c0);
+  T* dk = dK + p.kv_offset(b, hk * G, c0);
+  T* dv = dV + p.kv_offset(b, hk * G, c0);
   for (int e = threadIdx.x; e < bc * d; e += kThreads) {
-    dk[e] = scale * dKj[e / d * dp + e % d];
-    dv[e] = dVj[e / d * dp + e % d];
+    dk[e] = fa05::store<T>(scale * dKj[e / d * dp + e % d]);
+    dv[e] = fa05::store<T>(dVj[e / d * dp + e % d]);
   }
 }
 
 // Pass 2: dQ_i of one query block (FA2 Alg. 2 line 15, in a fixed order instead of atomics).
 // Thread block t = (b, h, query block i); Tr query blocks per head.
+template <class T>
 __global__ void __launch_bounds__(kThreads)
-dq_kernel(const float* __restrict__ Q, const float* __restrict__ K, const float* __restrict__ V,
-          const float* __restrict__ dO, const float* __restrict__ LSE, const float* __restrict__ D,
-          float* __restrict__ dQ, const fa::AttnProblem p, const float scale, const Layout L, const int64_t Tr) {
+dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
+          const T* __restrict__ dO, const float* __restrict__ LSE, const float* __restrict__ D,
+          T* __restrict__ dQ, const fa::AttnProblem p, const float scale, const Layout L, const int64_t Tr) {
   extern __shared__ float sm[];
   const int Br = L.Br, Bc = L.Bc, d = L.d, dp = L.dp(), sp = Bc + 1;
   float* Qi = sm;                 // (Br, dp)
@@ -210,8 +218,8 @@ dq_kernel(const float* __restrict__ Q, const float* __restrict__ K, const float*
     mm_ab_acc(dQi, dp, dS, sp, Kj, dp, br, d, bn);
   }
   __syncthreads();
-  float* dq = dQ + p.q_offset(b, h, r0);
-  for (int e = threadIdx.x; e < br * d; e += kThreads) dq[e] = scale * dQi[e / d * dp + e % d];
+  T* dq = dQ + p.q_offset(b, h, r0);
+  for (int e = threadIdx.x; e < br * d; e += kThreads) dq[e] = fa05::store<T>(scale * dQi[e / d * dp + e % d]);
 }
 
 }  // namespace fa06::bwd_v1

@@ -1,0 +1,140 @@
+// Stage 06's GPU benchmark (Google Benchmark, manual time from CUDA events) on the FlashAttention
+// papers' grid (B*N = 16384 tokens, H = 2048/d heads, common/cuda/bench_inputs.hpp), the
+// backward only: D, the kernels of the plan and their workspace (dQ's accumulator zeroed, dQ
+// converted), i.e. everything fa06::backward() launches.
+//
+//   BM_bwd/kernel:dtype/...   one backward of runner_bwd.hpp's kernel (gpu_v1 in fp32 at
+//                             N <= 4096 only: it is the scalar port, ~100x slower)
+//   BM_bwd_shape/...          gpu_v2 (bf16) at both key blocks, 64 and 128 (the sweep behind
+//                             backward_plan's default)
+// Counters: TFLOP/s (backward 2.5 x the forward's 4*B*H*N_q*N_k*d, halved for causal, FA2's
+//   convention: 5 matrix products against the forward's 2), pct_peak (of the datasheet's dense
+//   peak), gpu_extra_bytes (the workspace, measured by the counted device buffers).
+// Timing as stage 05's benchmark: input sets rotated past 3x the L2 cache, one warm-up launch,
+// one backward between two CUDA events per iteration.
+// Run (needs a GPU; scripts/gpu_check.sh keeps the JSON under its log folder):
+//   build/06_backward_recompute/bench_06_backward_gpu --benchmark_out=bwd.json --benchmark_out_format=json
+#include <benchmark/benchmark.h>
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "bench_inputs.hpp"
+#include "check.hpp"
+#include "device_buffer.hpp"
+#include "devstats.hpp"
+#include "event_timer.hpp"
+#include "gpu.hpp"
+#include "runner_bwd.hpp"
+
+namespace {
+
+using fa::bench::paper_problem;
+using fa::bench::random_tensor;
+
+// One backward of `kernel` in `dtype` on problem p, timed per launch. O and LSE are random too:
+// the backward's cost does not depend on their values (LSE = 0 keeps every P finite).
+void time_backward(benchmark::State& state, const std::string& kernel, fa::DType t, const fa::AttnProblem& p,
+                   int64_t block_k) {
+  const int64_t eb = fa::dtype_bytes(t);
+  const int sets = fa::bench::input_sets(eb * (3 * p.q_elems() + 2 * p.kv_elems()));
+  std::vector<const void*> Q, K, V, O, dO;
+  for (int s = 0; s < sets; ++s) {
+    Q.push_back(random_tensor(p.q_elems(), t, 10 + 5 * s));
+    K.push_back(random_tensor(p.kv_elems(), t, 11 + 5 * s));
+    V.push_back(random_tensor(p.kv_elems(), t, 12 + 5 * s));
+    O.push_back(random_tensor(p.q_elems(), t, 13 + 5 * s));
+    dO.push_back(random_tensor(p.q_elems(), t, 14 + 5 * s));
+  }
+  fa::DeviceBuffer<float> LSE(p.lse_elems(), fa::Mem::Io);
+  FA_CUDA_CHECK(cudaMemset(LSE.get(), 0, size_t(LSE.bytes())));
+  fa::DeviceBuffer<uint8_t> dQ(eb * p.q_elems(), fa::Mem::Io), dK(eb * p.kv_elems(), fa::Mem::Io),
+      dV(eb * p.kv_elems(), fa::Mem::Io);
+  auto launch = [&](int s) {
+    const size_t i = size_t(s);
+    fa06::backward(kernel, p, t, Q[i], K[i], V[i], O[i], dO[i], LSE.get(), dQ.get(), dK.get(), dV.get(), nullptr,
+                   block_k);
+  };
+  int64_t extra = 0;
+  {
+    fa::ExtraDeviceMemory mem;  // the warm-up launch also measures the workspace
+    launch(0);
+    FA_CUDA_CHECK(cudaDeviceSynchronize());
+    extra = mem.peak_bytes();
+  }
+  int s = 0;
+  for (auto _ : state) {
+    fa::EventTimer timer;
+    launch(s);
+    state.SetIterationTime(timer.stop() * 1e-3);
+    s = (s + 1) % sets;
+  }
+  FA_CUDA_CHECK(cudaGetLastError());
+  const double tf = p.backward_flops() * 1e-12;
+  state.counters["TFLOP/s"] = benchmark::Counter(tf, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["pct_peak"] =
+      benchmark::Counter(tf / fa::bench::peak_tflops(t) * 100, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["gpu_extra_bytes"] = double(extra);
+  state.counters["input_sets"] = sets;
+  const fa06::BwdPlan pl = fa06::backward_plan(kernel, p, t, block_k);
+  state.counters["Br"] = double(pl.Br);
+  state.counters["Bc"] = double(pl.Bc);
+  state.counters["smem_bytes"] = double(pl.smem_dkdv);
+  state.SetLabel(kernel + ":" + fa::dtype_name(t));
+}
+
+// Args: kernel index, dtype, N, d, causal.
+void BM_bwd(benchmark::State& state) {
+  time_backward(state, fa06::backward_kernels()[size_t(state.range(0))], fa::DType(state.range(1)),
+                paper_problem(state.range(2), state.range(3), state.range(4) != 0), 0);
+}
+
+// Args: key block, N, d, causal.
+void BM_bwd_shape(benchmark::State& state) {
+  time_backward(state, "gpu_v2", fa::DType::bf16, paper_problem(state.range(1), state.range(2), state.range(3) != 0),
+                state.range(0));
+}
+
+void bwd_grid(benchmark::internal::Benchmark* b) {
+  const auto& ks = fa06::backward_kernels();
+  for (int64_t k = 0; k < int64_t(ks.size()); ++k)
+    for (int64_t d : {64, 128})
+      for (int64_t causal : {0, 1})
+        for (int64_t N : {512, 1024, 2048, 4096, 8192, 16384}) {
+          if (ks[size_t(k)] == "gpu_v1") {
+            if (N <= 4096) b->Args({k, int64_t(fa::DType::fp32), N, d, causal});
+          } else {
+            b->Args({k, int64_t(fa::DType::bf16), N, d, causal});
+          }
+        }
+  b->ArgNames({"kernel", "dtype", "N", "d", "causal"});
+}
+
+void shape_grid(benchmark::internal::Benchmark* b) {
+  for (int64_t d : {64, 128})
+    for (int64_t bk : {64, 128})
+      for (int64_t causal : {0, 1})
+        for (int64_t N : {1024, 8192}) b->Args({bk, N, d, causal});
+  b->ArgNames({"block_k", "N", "d", "causal"});
+}
+
+}  // namespace
+
+BENCHMARK(BM_bwd)->Apply(bwd_grid)->UseManualTime()->MinTime(0.1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_bwd_shape)->Apply(shape_grid)->UseManualTime()->MinTime(0.1)->Unit(benchmark::kMillisecond);
+
+int main(int argc, char** argv) {
+  std::string why;
+  if (!fa::gpu_available(&why)) {
+    std::fprintf(stderr, "bench_06_backward_gpu: skipped: no usable CUDA GPU (%s)\n", why.c_str());
+    return 0;
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::AddCustomContext("gpu", fa::gpu_description());
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,307 @@
+// Stage 06 on the GPU, v2: FlashAttention-2's backward (Dao 2023, Algorithm 2) on the tensor
+// cores, fp16 / bf16 in HBM, fp32 accumulation. Read it beside bwd_v1_smem.cuh (the same algebra,
+// scalar) and stage 05's v4_exp2.cuh (where the fragments, ldmatrix, cp.async and exp2 tricks
+// used here are introduced one at a time).
+//
+//   v1 (bwd_v1_smem.cuh)                          v2 (this file)
+//   two passes: dK, dV per key block, then dQ     one pass (Alg. 2): a thread block per key
+//   per query block (S, dP computed twice)        block, dQ_i added into an fp32 buffer in HBM
+//   fp32 products, one thread per element         mma.sync m16n8k16; warp w owns 16 keys of the
+//                                                 block: its rows of S^T, dP^T, dK_j, dV_j
+//   tiles loaded, then computed                   Q_i, dO_i of step s+1 copied (cp.async)
+//                                                 while step s computes
+//   expf(S - LSE)                                 ex2(S c - LSE log2 e), c = scale log2 e
+//   deterministic by construction                 dQ by atomic additions (fast, the order
+//                                                 varies) or, in the deterministic variant, in
+//                                                 key-block order (bit-identical, slower)
+//
+// Per step (one query block i of Br = 64 rows, one query head), warp w computes, for its 16 keys:
+//   S^T  = K_j Q_i^T          (16 x 64; line 10 transposed, so that a warp owns key rows)
+//   P^T  = exp(S^T - LSE_i)   (line 11; LSE indexes the columns now)
+//   dP^T = V_j dO_i^T         (line 13)
+//   dS^T = P^T * (dP^T - D_i) (line 14)
+//   dV_j += P^T dO_i, dK_j += dS^T Q_i   (lines 12, 16: A operands straight from registers,
+//                                         the C fragments of P^T / dS^T packed to 16 bits)
+// and the block together: dQ_i += dS K_j (line 15), which sums over all the block's keys, so over
+// all warps: dS^T goes through shared memory once, and each warp then owns 16 query rows (and a
+// share of the head dims) of the 64 x d product.
+//
+// Layout as in v1 (common/problem.hpp). dQacc: [B,H,N_q,d] float32, zeroed before the launch;
+// dq_convert_kernel turns it into dQ = scale dQacc in T. Supports T = __half or __nv_bfloat16,
+// D = 64 or 128, W = 4 or 8 warps (Bc = 16 W keys per block); the runner falls back to v1 for
+// the rest.
+#pragma once
+#include <cstdint>
+
+#include "kernel_common.cuh"
+#include "problem.hpp"
+#include "ptx.cuh"
+
+namespace fa06::bwd_v2 {
+
+namespace ptx = fa05::ptx;
+
+constexpr int Br = 64;  // query rows per step: 4 mma row tiles in the dQ product
+
+// Tiles of T with 8 elements of padding per row, as stage 05's v2 ... v4 (the 8 rows one ldmatrix
+// reads fall in 8 different bank groups): K_j, V_j (Bc rows), Q_i and dO_i (Br rows, twice: the
+// step being computed and the next one in flight), dS^T (Bc x Br), then LSE_i and D_i (2 x Br
+// floats each). At D = 128: 154 KiB for W = 8, 111 KiB for W = 4.
+template <int D>
+constexpr int kPitch = D + 8;
+constexpr int kPitchS = Br + 8;
+template <int D, int W>
+constexpr int smem_bytes() {
+  return (2 * 16 * W + 4 * Br) * kPitch<D> * 2 + 16 * W * kPitchS * 2 + 4 * Br * 4;
+}
+
+// Starts copying `rows` rows of D elements (global, pitch D) into an (R, D + 8) shared tile, 16
+// bytes per cp.async; rows past `rows` are zero-filled, never read from global memory.
+template <int D, int R, int kThreads, class T>
+__device__ __forceinline__ void copy_rows_async(T* dst, const T* src, int rows) {
+  constexpr int kVecs = D / 8;
+  for (int e = threadIdx.x; e < R * kVecs; e += kThreads) {
+    const int r = e / kVecs, col = e % kVecs * 8;
+    ptx::cp_async_16(dst + r * kPitch<D> + col, src + min(r, rows - 1) * D + col, r < rows);
+  }
+}
+
+// Release / acquire at GPU scope: the deterministic variant's turn counters.
+__device__ __forceinline__ int load_acquire(const int* x) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(x) : "memory");
+  return v;
+}
+__device__ __forceinline__ void store_release(int* x, int v) {
+  asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(x), "r"(v) : "memory");
+}
+
+// One thread block per (b, kv head hk, key block j): FA2 Algorithm 2, lines 5-19. Tc key blocks
+// per head. kDeterministic: dQ_i is added in the order j = 0, 1, ... (see the dQ step below);
+// dq_turn then holds one zeroed int per (b, h, query block), else it is unused.
+template <class T, int D, int W, bool kDeterministic>
+__global__ void __launch_bounds__(32 * W, 1)
+dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
+                const T* __restrict__ dO, const float* __restrict__ LSE, const float* __restrict__ Dv,
+                T* __restrict__ dK, T* __restrict__ dV, float* __restrict__ dQacc, int* __restrict__ dq_turn,
+                const fa::AttnProblem p, const float scale, const int64_t Tc) {
+  constexpr int kThreads = 32 * W, Bc = 16 * W, P = kPitch<D>, PS = kPitchS;
+  extern __shared__ __align__(16) unsigned char sram[];
+  T* Kj = reinterpret_cast<T*>(sram);                   // (Bc, P)
+  T* Vj = Kj + Bc * P;                                  // (Bc, P)
+  T* Qs = Vj + Bc * P;                                  // (2, Br, P): Q_i of step s in buffer s % 2
+  T* dOs = Qs + 2 * Br * P;                             // (2, Br, P)
+  T* dSt = dOs + 2 * Br * P;                            // (Bc, PS): dS^T of the step, for dQ
+  float* Ls = reinterpret_cast<float*>(dSt + Bc * PS);  // (2, Br): LSE_i
+  float* Ds = Ls + 2 * Br;                              // (2, Br): D_i
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t4 = lane % 4;         // fragment coordinates (ptx.cuh)
+  const float c = scale * 1.4426950408889634f;   // scale log2(e): exp(scale x) = 2^(c x)
+
+  const int64_t t = blockIdx.x, G = p.H / p.H_kv, shift = p.N_k - p.N_q;
+  const int64_t b = t / (p.H_kv * Tc), hk = t / Tc % p.H_kv, j = t % Tc, c0 = j * Bc;
+  const int bc = int(min(int64_t(Bc), p.N_k - c0));
+  // The steps: every query head of the group (GQA: dK_j, dV_j sum over them) times the query
+  // blocks that see any of these keys (causal: the blocks above the diagonal are skipped whole).
+  const int64_t Tr = (p.N_q + Br - 1) / Br;
+  const int64_t i_first = p.causal ? max(int64_t(0), c0 - shift) / Br : 0;
+  const int64_t blocks_per_head = max(int64_t(0), Tr - i_first), steps = G * blocks_per_head;
+  auto step_head = [&](int64_t s) { return hk * G + s / blocks_per_head; };
+  auto step_row0 = [&](int64_t s) { return (i_first + s % blocks_per_head) * Br; };
+  // Starts the copies of step s's Q_i, dO_i, LSE_i, D_i (line 9) into buffer s % 2. Rows past N_q
+  // are zeros (LSE = D = 0 too) and are masked below.
+  auto load_step = [&](int64_t s) {
+    const int64_t h = step_head(s), r0 = step_row0(s);
+    const int br = int(min(int64_t(Br), p.N_q - r0)), buf = int(s % 2);
+    copy_rows_async<D, Br, kThreads>(Qs + buf * Br * P, Q + p.q_offset(b, h, r0), br);
+    copy_rows_async<D, Br, kThreads>(dOs + buf * Br * P, dO + p.q_offset(b, h, r0), br);
+    for (int r = threadIdx.x; r < Br; r += kThreads) {
+      const int64_t at = p.lse_offset(b, h, r0 + min(r, br - 1));
+      ptx::cp_async_4(Ls + buf * Br + r, LSE + at, r < br);
+      ptx::cp_async_4(Ds + buf * Br + r, Dv + at, r < br);
+    }
+  };
+
+  // K_j, V_j once (line 6), with step 0's tiles; dK_j = dV_j = 0 in registers (line 7). Lane
+  // holds keys warp*16 + g (index 0) and + 8 (index 1); dk[n] is the fragment of dims 8n .. 8n+7.
+  copy_rows_async<D, Bc, kThreads>(Kj, K + p.kv_offset(b, hk * G, c0), bc);
+  copy_rows_async<D, Bc, kThreads>(Vj, V + p.kv_offset(b, hk * G, c0), bc);
+  if (steps > 0) load_step(0);
+  ptx::cp_async_commit();
+  float dk[D / 8][4] = {}, dv[D / 8][4] = {};
+
+  for (int64_t s = 0; s < steps; ++s) {  // line 8
+    // Step s's tiles have arrived (the wait: this thread's copies; the barrier: everyone's), and
+    // every warp is done with step s-1, so its buffers (and dS^T) can be refilled.
+    ptx::cp_async_wait<0>();
+    __syncthreads();
+    if (s + 1 < steps) load_step(s + 1);
+    ptx::cp_async_commit();  // an empty group on the last step keeps the wait uniform
+    const int64_t h = step_head(s), r0 = step_row0(s);
+    const int br = int(min(int64_t(Br), p.N_q - r0));
+    const T* Qi = Qs + (s % 2) * Br * P;
+    const T* dOi = dOs + (s % 2) * Br * P;
+    const float* Li = Ls + (s % 2) * Br;
+    const float* Di = Ds + (s % 2) * Br;
+
+    // The step's 64 queries in two halves of kQh = 32: S^T and dP^T of a half (32 registers a
+    // lane) fit beside dK_j and dV_j (128 at D = 128) without spilling to local memory.
+    constexpr int kQh = 32;
+    for (int q0 = 0; q0 < Br; q0 += kQh) {
+      // S^T = K_j Q_i^T (line 10) and dP^T = V_j dO_i^T (line 13) for this warp's 16 keys: the
+      // A operand is the warp's rows of K_j (V_j), row-major; Q_i (dO_i), row-major
+      // [query][dim], is the "col" B operand as K_j is in the forward. st[n], dpt[n]: the
+      // fragments of queries q0 + 8n ... q0 + 8n + 7.
+      float st[kQh / 8][4] = {}, dpt[kQh / 8][4] = {};
+      for (int k = 0; k < D / 16; ++k) {
+        uint32_t kf[4], vf[4];  // lane -> key 16 warp + lane % 8 + 8 ((lane / 8) % 2), dims 16k + 8 (lane / 16)
+        const int a_at = (warp * 16 + lane % 8 + (lane / 8 % 2) * 8) * P + k * 16 + lane / 16 * 8;
+        ptx::ldmatrix_x4(kf, Kj + a_at);
+        ptx::ldmatrix_x4(vf, Vj + a_at);
+        for (int n = 0; n < kQh / 8; n += 2) {
+          uint32_t qf[4], of[4];  // lane -> query q0 + 8n + 8 (lane / 16) + lane % 8, dims 16k + 8 ((lane / 8) % 2)
+          const int b_at = (q0 + n * 8 + lane / 16 * 8 + lane % 8) * P + k * 16 + (lane / 8 % 2) * 8;
+          ptx::ldmatrix_x4(qf, Qi + b_at);
+          ptx::ldmatrix_x4(of, dOi + b_at);
+          ptx::mma_m16n8k16<T>(st[n], kf, qf[0], qf[1]);
+          ptx::mma_m16n8k16<T>(st[n + 1], kf, qf[2], qf[3]);
+          ptx::mma_m16n8k16<T>(dpt[n], vf, of[0], of[1]);
+          ptx::mma_m16n8k16<T>(dpt[n + 1], vf, of[2], of[3]);
+        }
+      }
+
+      // Mask where needed (keys past N_k, queries past N_q, the causal diagonal): -inf, which
+      // ex2() turns into exactly 0. Key kr sees query qc iff c0 + kr <= r0 + qc + shift.
+      const bool mask = c0 + Bc > p.N_k || r0 + Br > p.N_q || (p.causal && c0 + Bc - 1 > r0 + shift);
+      if (mask) {
+        const int64_t lim64 = r0 + shift - c0;  // visible iff kr - qc <= lim
+        const int lim = p.causal ? int(max(int64_t(-Br - Bc), min(int64_t(Bc), lim64))) : Bc;
+        for (int n = 0; n < kQh / 8; ++n)
+          for (int e = 0; e < 4; ++e) {
+            const int kr = warp * 16 + g + e / 2 * 8, qc = q0 + n * 8 + 2 * t4 + e % 2;
+            if (kr >= bc || qc >= br || kr - qc > lim) st[n][e] = -INFINITY;
+          }
+      }
+
+      // P^T = exp(S^T - LSE_i) = 2^(S^T c - LSE_i log2 e) (line 11) and dS^T = P^T (dP^T - D_i)
+      // (line 14), in place. A row that sees no key has LSE = -inf: +inf instead makes its P
+      // exactly 0 (all its scores are masked: 2^(-inf - inf)), never inf - inf.
+      for (int n = 0; n < kQh / 8; ++n) {
+        const float2 lse = *reinterpret_cast<const float2*>(Li + q0 + n * 8 + 2 * t4);
+        const float2 dd = *reinterpret_cast<const float2*>(Di + q0 + n * 8 + 2 * t4);
+        const float l2[2] = {lse.x == -INFINITY ? INFINITY : lse.x * 1.4426950408889634f,
+                             lse.y == -INFINITY ? INFINITY : lse.y * 1.4426950408889634f};
+        for (int e = 0; e < 4; ++e) {
+          st[n][e] = ptx::ex2(fmaf(st[n][e], c, -l2[e % 2]));
+          dpt[n][e] = st[n][e] * (dpt[n][e] - (e % 2 ? dd.y : dd.x));
+        }
+      }
+
+      // dV_j += P^T dO_i (line 12), dK_j += dS^T Q_i (line 16; scale applied at the write). The
+      // C fragments of query tiles 2k, 2k+1 are, lane for lane, the A fragment of the 16 x 16
+      // slice k (stage 05 v2's P trick); dO_i and Q_i, row-major [query][dim] with the query as
+      // k here, are read by a transposing ldmatrix, as V_j in the forward.
+      for (int k = 0; k < kQh / 16; ++k) {
+        const uint32_t pa[4] = {ptx::pack2<T>(st[2 * k][0], st[2 * k][1]), ptx::pack2<T>(st[2 * k][2], st[2 * k][3]),
+                                ptx::pack2<T>(st[2 * k + 1][0], st[2 * k + 1][1]),
+                                ptx::pack2<T>(st[2 * k + 1][2], st[2 * k + 1][3])};
+        const uint32_t sa[4] = {ptx::pack2<T>(dpt[2 * k][0], dpt[2 * k][1]),
+                                ptx::pack2<T>(dpt[2 * k][2], dpt[2 * k][3]),
+                                ptx::pack2<T>(dpt[2 * k + 1][0], dpt[2 * k + 1][1]),
+                                ptx::pack2<T>(dpt[2 * k + 1][2], dpt[2 * k + 1][3])};
+        // dS^T to shared memory for the dQ product (row = key, 4-byte stores: the 32 lanes of a
+        // store hit 32 different banks with the pitch Br + 8).
+        for (int e = 0; e < 4; ++e)
+          *reinterpret_cast<uint32_t*>(dSt + (warp * 16 + g + (e % 2) * 8) * PS + q0 + k * 16 + (e / 2) * 8 + 2 * t4) =
+              sa[e];
+        for (int n = 0; n < D / 8; n += 2) {
+          uint32_t of[4], qf[4];  // lane -> query q0 + 16k + 8 ((lane / 8) % 2) + lane % 8, dims 8n + 8 (lane / 16)
+          const int b_at = (q0 + k * 16 + (lane / 8 % 2) * 8 + lane % 8) * P + n * 8 + lane / 16 * 8;
+          ptx::ldmatrix_x4_trans(of, dOi + b_at);
+          ptx::ldmatrix_x4_trans(qf, Qi + b_at);
+          ptx::mma_m16n8k16<T>(dv[n], pa, of[0], of[1]);
+          ptx::mma_m16n8k16<T>(dv[n + 1], pa, of[2], of[3]);
+          ptx::mma_m16n8k16<T>(dk[n], sa, qf[0], qf[1]);
+          ptx::mma_m16n8k16<T>(dk[n + 1], sa, qf[2], qf[3]);
+        }
+      }
+    }
+    __syncthreads();  // all of dS^T is in shared memory
+
+    // dQ_i += dS K_j (line 15): 64 query rows x D, summed over the block's Bc keys. Warp w takes
+    // query rows 16 (w % 4) .. +15 and the dims [D/NG (w / 4), D/NG (w / 4 + 1)), NG = W / 4, in
+    // chunks of 32. A = dS (query x key) is dS^T read by a transposing ldmatrix; B = K_j with the
+    // key as k, transposing as V_j in the forward.
+    constexpr int NG = W / 4, kDims = D / NG;
+    const int rt = warp % 4, d0 = warp / 4 * kDims;
+    if constexpr (kDeterministic) {
+      // Wait until key blocks 0 .. j-1 have added their share of dQ_i: the additions happen in
+      // the order j = 0, 1, ..., the same every run. Each block only waits for blocks with a
+      // smaller index, which the GPU has started before it (it dispatches blocks in index order:
+      // the assumption FlashAttention-2's deterministic backward makes too), so it cannot hang.
+      if (threadIdx.x == 0)
+        while (load_acquire(dq_turn + (b * p.H + h) * Tr + r0 / Br) != j) {
+        }
+      __syncthreads();
+    }
+    for (int dc = d0; dc < d0 + kDims; dc += 32) {
+      float dq[4][4] = {};
+      for (int k = 0; k < Bc / 16; ++k) {
+        uint32_t sf[4];  // lane -> key 16k + 8 (lane / 16) + lane % 8, queries 16 rt + 8 ((lane / 8) % 2)
+        ptx::ldmatrix_x4_trans(sf, dSt + (k * 16 + lane / 16 * 8 + lane % 8) * PS + rt * 16 + (lane / 8 % 2) * 8);
+        for (int n = 0; n < 4; n += 2) {
+          uint32_t kf[4];  // lane -> key 16k + 8 ((lane / 8) % 2) + lane % 8, dims dc + 8n + 8 (lane / 16)
+          ptx::ldmatrix_x4_trans(kf, Kj + (k * 16 + (lane / 8 % 2) * 8 + lane % 8) * P + dc + n * 8 + lane / 16 * 8);
+          ptx::mma_m16n8k16<T>(dq[n], sf, kf[0], kf[1]);
+          ptx::mma_m16n8k16<T>(dq[n + 1], sf, kf[2], kf[3]);
+        }
+      }
+      for (int r = 0; r < 2; ++r) {
+        const int q = rt * 16 + g + r * 8;
+        if (q >= br) continue;
+        float* out = dQacc + p.q_offset(b, h, r0 + q) + dc + 2 * t4;
+        for (int n = 0; n < 4; ++n) {
+          const float2 add = make_float2(dq[n][2 * r], dq[n][2 * r + 1]);
+          float2* at = reinterpret_cast<float2*>(out + n * 8);
+          if constexpr (kDeterministic) {  // our turn: a plain read-add-write, through L2
+            float2 v = __ldcg(at);
+            v.x += add.x, v.y += add.y;
+            __stcg(at, v);
+          } else {
+#if __CUDA_ARCH__ >= 900
+            atomicAdd(at, add);  // one 8-byte reduction (sm_90)
+#else
+            atomicAdd(&at->x, add.x), atomicAdd(&at->y, add.y);
+#endif
+          }
+        }
+      }
+    }
+    if constexpr (kDeterministic) {
+      __threadfence();  // this block's additions are visible GPU-wide before the turn passes on
+      __syncthreads();
+      if (threadIdx.x == 0) store_release(dq_turn + (b * p.H + h) * Tr + r0 / Br, int(j + 1));
+    }
+  }
+
+  // dK_j = scale dK_j, dV_j to HBM, once (line 18); rows past N_k are not written.
+  for (int r = 0; r < 2; ++r) {
+    const int key = warp * 16 + g + r * 8;
+    if (key >= bc) continue;
+    T* dk_out = dK + p.kv_offset(b, hk * G, c0 + key) + 2 * t4;
+    T* dv_out = dV + p.kv_offset(b, hk * G, c0 + key) + 2 * t4;
+    for (int n = 0; n < D / 8; ++n) {
+      *reinterpret_cast<uint32_t*>(dk_out + n * 8) = ptx::pack2<T>(scale * dk[n][2 * r], scale * dk[n][2 * r + 1]);
+      *reinterpret_cast<uint32_t*>(dv_out + n * 8) = ptx::pack2<T>(dv[n][2 * r], dv[n][2 * r + 1]);
+    }
+  }
+}
+
+// dQ = scale dQacc, rounded to T (the last step of line 15's accumulation). n elements.
+template <class T>
+__global__ void dq_convert_kernel(const float* __restrict__ dQacc, T* __restrict__ dQ, int64_t n, float scale) {
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x)
+    dQ[e] = fa05::store<T>(scale * dQacc[e]);
+}
+
+}  // namespace fa06::bwd_v2
