@@ -2,20 +2,23 @@
 # The whole GPU check in one command, on a machine with an NVIDIA GPU (the course uses an H200):
 # build for sm_90a from this tree, run every test (the GPU battery included), SASS and register
 # report, compute-sanitizer (memcheck, racecheck, synccheck, initcheck) on small ragged problems
-# for every kernel (stage 06's GPU backward too), stage 06 on the GPU beside the CPU, ncu on v1,
-# v2, v4, v5, v6 and the cuBLAS baseline, the benchmark, the side-by-side with PyTorch's SDPA
-# backends, and the tour. Every log goes to LOG_DIR; a summary table is printed last.
+# for every kernel (stage 06's GPU backwards too), stage 06 on the GPU beside the CPU, ncu on v1,
+# v2, v4, v5, v6, the cuBLAS baseline and the backward gpu_v2, the benchmarks (forward, then
+# backward), the side-by-side with PyTorch's SDPA backends, and the tour. Every log goes to
+# LOG_DIR; a summary table is printed last.
 #
 #   scripts/gpu_check.sh LOG_DIR [PHASES]
-#     PHASES: comma-separated, default env,build,test,sass,sanitize,bwd,ncu,bench,compare,tour
-#     env: BENCH_FILTER (a --benchmark_filter regex), COMPARE_ARGS (e.g. --quick), CTEST_ARGS (e.g. -R 05),
-#          SANITIZE_KERNELS (e.g. "v6:bf16:0,1"), SANITIZE_BWD (tools for stage 06's GPU backward, "" for none)
+#     PHASES: comma-separated, default env,build,test,sass,sanitize,bwd,ncu,bench,bench_bwd,compare,tour
+#     env: BENCH_FILTER, BENCH_BWD_FILTER (--benchmark_filter regexes), COMPARE_ARGS (e.g. --quick
+#          --backward), CTEST_ARGS (e.g. -R 05), SANITIZE_KERNELS (e.g. "v6:bf16:0,1"),
+#          SANITIZE_BWD (tools for stage 06's GPU backwards, "" for none), SANITIZE_BWD_KERNELS
+#          (e.g. "gpu_v2:bf16:0,1")
 #
 # The GPU machine has no internet: what it lacks (CLI11's headers) travels in .gpu_deps/, made
 # here by scripts/pack_gpu_deps.sh (carry it with the tree). Builds in build-gpu/.
 set -uo pipefail
 LOG=${1:?usage: scripts/gpu_check.sh LOG_DIR [PHASES]}
-PHASES=${2:-env,build,test,sass,sanitize,bwd,ncu,bench,compare,tour}
+PHASES=${2:-env,build,test,sass,sanitize,bwd,ncu,bench,bench_bwd,compare,tour}
 mkdir -p "$LOG"
 LOG=$(cd "$LOG" && pwd)  # from the caller's directory, before the cd to the repository
 cd "$(dirname "$0")/.."
@@ -94,23 +97,33 @@ if has sanitize; then
       done
     done
   done
-  # Stage 06's GPU backward (fp32): the same tools on the two ragged causal/GQA shapes.
+  # Stage 06's GPU backwards: the same tools on the ragged causal/GQA shapes (gpu_v1 at d = 40 too;
+  # shape 3 has four key blocks of 128, so gpu_v2_det's turns pass along a chain). The
+  # deterministic variant's spin-wait only under memcheck, with a shorter limit.
   for tool in ${SANITIZE_BWD-memcheck racecheck synccheck initcheck}; do
-    for i in 0 2 3; do
-      NOTE="(ERROR|RACECHECK) SUMMARY" step "san_${tool}_bwd_gpu_v1_$i" 300 compute-sanitizer --tool $tool --error-exitcode 9 \
-        $BUILD/06_backward_recompute/06_backward_recompute --device gpu ${shapes[$i]} --no-check
+    for kd in ${SANITIZE_BWD_KERNELS:-gpu_v1:fp32:0,2,3 gpu_v2:bf16:0,1,3,4 gpu_v2:fp16:0 gpu_v2_det:bf16:3}; do
+      IFS=: read -r k dt idx <<<"$kd"
+      [ "$k" = gpu_v2_det ] && [ "$tool" != memcheck ] && continue
+      for i in ${idx//,/ }; do
+        NOTE="(ERROR|RACECHECK) SUMMARY" step "san_${tool}_bwd_${k}_${dt}_$i" 150 compute-sanitizer --tool $tool \
+          --error-exitcode 9 $BUILD/06_backward_recompute/06_backward_recompute --device gpu --dtype $dt \
+          --bwd-kernel $k ${shapes[$i]} --no-check
+      done
     done
   done
 fi
 
 if has bwd; then
-  # Stage 06 on the GPU (fp32 forward v1 + backward gpu_v1) beside the CPU version, checked.
-  for dev in gpu cpu; do
-    NOTE="backward" step "bwd_${dev}_N4096_d64" 300 $BUILD/06_backward_recompute/06_backward_recompute \
-      --device $dev --heads 8 --seq-q 4096 --head-dim 64 --no-check
+  # Stage 06 on the GPU (fp32: forward v1 + backward gpu_v1; bf16: forward v5 + backward gpu_v2)
+  # beside the CPU version, and checked runs.
+  for dev in gpu:fp32 gpu:bf16 cpu:fp32; do
+    NOTE="backward" step "bwd_${dev/:/_}_N4096_d64" 300 $BUILD/06_backward_recompute/06_backward_recompute \
+      --device ${dev%:*} --dtype ${dev#*:} --heads 8 --seq-q 4096 --head-dim 64 --no-check
   done
-  NOTE="backward" step bwd_gpu_N1024_checked 300 $BUILD/06_backward_recompute/06_backward_recompute \
-    --device gpu --heads 4 --kv-heads 2 --seq-q 1024 --seq-k 700 --head-dim 128 --causal
+  for dt in fp32 bf16; do
+    NOTE="backward" step bwd_gpu_${dt}_N1024_checked 300 $BUILD/06_backward_recompute/06_backward_recompute \
+      --device gpu --dtype $dt --heads 4 --kv-heads 2 --seq-q 1024 --seq-k 700 --head-dim 128 --causal
+  done
 fi
 
 if has ncu; then
@@ -128,6 +141,9 @@ if has ncu; then
     step ncu_${k}_d128 300 ncu --clock-control none --set detailed -k regex:forward_kernel -c 1 \
       $BIN/05_cuda_tiled --kernel $k --dtype bf16 --batch 2 --heads 16 --seq-q 8192 --head-dim 128 --no-check
   done
+  step ncu_bwd_gpu_v2_d128 300 ncu --clock-control none --set detailed -k regex:dk_dv_dq_kernel -c 1 \
+    $BUILD/06_backward_recompute/06_backward_recompute --device gpu --dtype bf16 --batch 2 --heads 16 \
+    --seq-q 4096 --head-dim 128 --no-check
   step ncu_cublas 300 ncu --clock-control none --section SpeedOfLight -c 4 \
     $BIN/05_cuda_tiled --kernel cublas --dtype bf16 --batch 4 --heads 32 --seq-q 4096 --head-dim 64 --no-check
 fi
@@ -135,6 +151,12 @@ fi
 if has bench; then
   NOTE="BM_" step bench 560 $BIN/bench_05_cuda_tiled --benchmark_out="$LOG/bench_05_cuda_tiled.json" \
     --benchmark_out_format=json ${BENCH_FILTER:+--benchmark_filter="$BENCH_FILTER"}
+fi
+
+if has bench_bwd; then
+  NOTE="BM_" step bench_bwd 560 $BUILD/06_backward_recompute/bench_06_backward_gpu \
+    --benchmark_out="$LOG/bench_06_backward_gpu.json" --benchmark_out_format=json \
+    ${BENCH_BWD_FILTER:+--benchmark_filter="$BENCH_BWD_FILTER"}
 fi
 
 if has compare; then

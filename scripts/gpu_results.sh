@@ -4,7 +4,9 @@
 #   docs/results/bench_05_cuda_tiled.json   the Google Benchmark JSON
 #   docs/results/compare_torch_05.json      tools/compare_torch.py's checks and timing rows
 #   docs/results/gpu_check/                 the logs the READMEs cite (summary, SASS, ptxas, ncu,
-#                                           ctest, tour, compare, bench, one sanitizers.log)
+#                                           ctest, tour, compare, bench, one sanitizers.log); another
+#                                           folder with RESULTS=docs/results/NAME (a check of one part,
+#                                           e.g. the backward's, kept beside the forward's)
 # then the README tables (tools/gpu_tables.py) and the plots (tools/plots.sh).
 #   scripts/gpu_results.sh LOG_DIR [LOG_DIR ...]
 # Several folders (runs with different PHASES, when one call's time limit cannot hold them all):
@@ -21,6 +23,7 @@ for LOG in "$@"; do
 done
 set -- "${dirs[@]}"
 cd "$(dirname "$0")/.."
+R=${RESULTS:-docs/results/gpu_check}
 for LOG in "$@"; do
   # A summary row is "STEP STATUS SECONDS NOTE"; a failed step's STATUS is rc=N.
   failed=$(awk '$2 ~ /^rc=/ {print $1}' "$LOG/summary.txt")
@@ -31,25 +34,37 @@ for LOG in "$@"; do
     fi
   done
 done
-mkdir -p docs/results/gpu_check
-rm -f docs/results/gpu_check/summary*.txt docs/results/gpu_check/ctest_run*.log  # numbered per call
+mkdir -p "$R"
+rm -f "$R"/summary*.txt "$R"/ctest_run*.log  # numbered per call
 n=0
 for LOG in "$@"; do
   n=$((n + 1))
-  cp "$LOG/summary.txt" "docs/results/gpu_check/summary_run$n.txt"
+  cp "$LOG/summary.txt" "$R/summary_run$n.txt"
 done
 n=0
 for LOG in "$@"; do
   n=$((n + 1))
   [ -f "$LOG/bench_05_cuda_tiled.json" ] && cp "$LOG/bench_05_cuda_tiled.json" docs/results/bench_05_cuda_tiled.json
-  [ -f "$LOG/compare_torch_05.json" ] && cp "$LOG/compare_torch_05.json" docs/results/compare_torch_05.json
+  [ -f "$LOG/bench_06_backward_gpu.json" ] && cp "$LOG/bench_06_backward_gpu.json" docs/results/bench_06_backward_gpu.json
+  # compare_torch.py's JSON: the forward rows (with the checks) to compare_torch_05.json when the
+  # run timed the forward, SDPA's backward rows (--backward) to compare_torch_bwd.json.
+  [ -f "$LOG/compare_torch_05.json" ] && python3 - "$LOG/compare_torch_05.json" <<'PY'
+import json, sys
+data = json.load(open(sys.argv[1]))
+fwd = [r for r in data["rows"] if not r["impl"].startswith("sdpa_bwd")]
+bwd = [r for r in data["rows"] if r["impl"].startswith("sdpa_bwd")]
+if fwd:
+    json.dump(dict(data, rows=fwd), open("docs/results/compare_torch_05.json", "w"), indent=1)
+if bwd:
+    json.dump(dict(data, rows=bwd), open("docs/results/compare_torch_bwd.json", "w"), indent=1)
+PY
   for f in sass_summary.txt ptxas.txt ncu_v1.log ncu_v2.log ncu_v4.log ncu_v5.log ncu_v5_d128.log ncu_v6_d128.log ncu_cublas.log \
-           compare_torch.log tour.log tour_bf16.log env.log bench.log bwd_gpu_N4096_d64.log \
-           bwd_cpu_N4096_d64.log bwd_gpu_N1024_checked.log; do
-    [ -f "$LOG/$f" ] && cp "$LOG/$f" "docs/results/gpu_check/$f"
+           ncu_bwd_gpu_v2_d128.log sass06_summary.txt res_usage_06.txt compare_torch.log tour.log tour_bf16.log env.log bench.log bench_bwd.log; do
+    [ -f "$LOG/$f" ] && cp "$LOG/$f" "$R/$f"
   done
+  for f in "$LOG"/bwd_*.log; do [ -f "$f" ] && cp "$f" "$R/"; done
   # ctest of each run, numbered like the summaries (runs may test different parts).
-  [ -f "$LOG/ctest.log" ] && cp "$LOG/ctest.log" "docs/results/gpu_check/ctest_run$n.log"
+  [ -f "$LOG/ctest.log" ] && cp "$LOG/ctest.log" "$R/ctest_run$n.log"
 done
 # One file for every compute-sanitizer run of every folder, each headed by its run and what it ran
 # (kept as it is when no folder has any).
@@ -64,8 +79,8 @@ n=0
       cat "$f"
     done
   fi
-done >docs/results/gpu_check/sanitizers.log
-rm -f docs/results/gpu_check/ctest.log
+done >"$R/sanitizers.log"
+rm -f "$R/ctest.log"
 python3 tools/gpu_tables.py
 tools/plots.sh
 git status --short docs/

@@ -18,8 +18,14 @@ it PyTorch tensors' device pointers, so our kernels and SDPA's backends read the
    of several launches. TFLOP/s by the FlashAttention convention: 4*B*H*N_q*N_k*d, halved for
    causal. A backend that refuses a problem (flash and cuDNN take no fp32) is reported as such.
 
+3. With --backward: the same grid in bf16, SDPA's backward alone (flash, cuDNN, efficient): the
+   forward runs once, then each timed call is torch.autograd.grad through it (retain_graph), so
+   only the backward kernels run. Stage 06's own backward is timed by its benchmark
+   (bench_06_backward_gpu) in the same gpu_check run; tools/gpu_tables.py puts the two side by
+   side (kind bwd). Backward TFLOP/s: 2.5x the forward's FLOPs (FA2's convention).
+
 Usage: python3 tools/compare_torch.py --lib build-gpu/05_cuda_tiled/libfa05.so [--json out.json]
-       [--quick]   (fewer sizes)
+       [--quick]   (fewer sizes)   [--backward]
 Needs a CUDA GPU and PyTorch (>= 2.5 for enable_gqa); not part of the README's two commands.
 """
 import argparse
@@ -262,12 +268,43 @@ def timing(fa, device, quick, log):
     return rows
 
 
+def timing_backward(device, quick, log):
+    rows = []
+    Ns = [1024, 4096, 16384] if quick else [512, 1024, 2048, 4096, 8192, 16384]
+    for d in (64, 128):
+        for causal in (False, True):
+            for N in Ns:
+                B, H = 16384 // N, 2048 // d
+                torch.manual_seed(1)
+                q, k, v = (torch.randn(B, H, N, d, device=device, dtype=torch.bfloat16, requires_grad=True)
+                           for _ in range(3))
+                do = torch.randn(B, H, N, d, device=device, dtype=torch.bfloat16)
+                flops = 2.5 * 4.0 * B * H * N * N * d * (0.5 if causal else 1.0)
+                cells = []
+                for b in ("flash", "cudnn", "efficient"):
+                    try:
+                        out = sdpa(b, q, k, v, causal, 1 / math.sqrt(d))
+                        ms = time_ms(lambda: torch.autograd.grad(out, (q, k, v), do, retain_graph=True),
+                                     3 if flops / 1e12 > 5 else 10)
+                        note = ""
+                    except RuntimeError as e:
+                        ms, note = None, "refused: " + str(e).splitlines()[0][:80]
+                    out = None
+                    torch.cuda.empty_cache()
+                    rows.append({"impl": f"sdpa_bwd {b}", "dtype": "bf16", "N": N, "d": d, "causal": causal, "B": B,
+                                 "H": H, "ms": ms, "tflops": flops / (ms * 1e9) if ms else None, "note": note})
+                    cells.append(f"{b}: {flops / (ms * 1e9):.1f}" if ms else f"{b}: -")
+                log(f"  backward bf16 d={d} causal={int(causal)} N={N:5d} B={B} H={H} TFLOP/s | " + " | ".join(cells))
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lib", required=True, help="path to libfa05.so")
     ap.add_argument("--json", help="write the checks' verdict and the timing rows here")
     ap.add_argument("--quick", action="store_true", help="N in {1024, 4096, 16384} only")
     ap.add_argument("--no-timing", action="store_true")
+    ap.add_argument("--backward", action="store_true", help="also time SDPA's backward (bf16)")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("compare_torch: expected a CUDA GPU, found none", file=sys.stderr)
@@ -286,6 +323,9 @@ def main():
     ok = checks(fa, device, log)
     log(f"checks: {'PASS' if ok else 'FAIL'}")
     rows = [] if args.no_timing else (log("timing (TFLOP/s, median of CUDA-event times):") or timing(fa, device, args.quick, log))
+    if args.backward:
+        log("backward timing (TFLOP/s = 2.5 x forward FLOPs / time, median of CUDA-event times):")
+        rows += timing_backward(device, args.quick, log)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": props.name, "torch": torch.__version__, "cuda": torch.version.cuda,

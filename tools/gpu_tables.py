@@ -16,6 +16,11 @@ KINDs:
   versions:docs/results/compare_torch_05.json:8192  the path v1 -> v5: each version's TFLOP/s and
                                                     its ratio to SDPA flash at N = ARG, bf16
   shape:docs/results/bench_05_cuda_tiled.json:v5    the block-shape sweep of v5 or v6 (BM_shape)
+  bwd:docs/results/bench_06_backward_gpu.json:docs/results/compare_torch_bwd.json
+                                                    stage 06's GPU backwards (their benchmark)
+                                                    beside SDPA's backward (compare_torch.py
+                                                    --backward) from the same gpu_check run
+  bwd_shape:docs/results/bench_06_backward_gpu.json gpu_v2's key-block sweep (BM_bwd_shape)
 Usage: python3 tools/gpu_tables.py [README.md ...]   (default: every README.md in the repo)
 Standard library only.
 """
@@ -185,8 +190,66 @@ def shape_table(src, kernel, link):
     return "\n".join(out) + "\n"
 
 
+def bwd_table(src, sdpa_src, link):
+    data, rows = bench_rows(src)
+    ours = {}
+    for b in rows:
+        if b["name"].startswith("BM_bwd/"):
+            a = args(b["name"])
+            ours[(a["d"], bool(a["causal"]), a["N"], b["label"])] = b
+    sdpa = json.loads((ROOT / sdpa_src).read_text())
+    # The second file's link, relative to the README as `link` is (the two sit in one folder).
+    sdpa_link = str(pathlib.PurePosixPath(link).parent / pathlib.PurePosixPath(sdpa_src).name)
+    assert pathlib.PurePosixPath(src).parent == pathlib.PurePosixPath(sdpa_src).parent
+    theirs = {(r["d"], r["causal"], r["N"], r["impl"]): r for r in sdpa["rows"] if r["impl"].startswith("sdpa_bwd")}
+    cols = [("gpu_v1:fp32", "`gpu_v1` fp32"), ("gpu_v2:bf16", "`gpu_v2`"), ("gpu_v2_det:bf16", "`gpu_v2_det`"),
+            ("sdpa_bwd flash", "SDPA flash"), ("sdpa_bwd cudnn", "SDPA cuDNN"), ("sdpa_bwd efficient", "SDPA efficient")]
+    out = ["| d | causal | N | B x H | " + " | ".join(c[1] for c in cols) + " | `gpu_v2` / flash | det / `gpu_v2` |",
+           "|" + "---:|" * (4 + len(cols) + 2)]
+    keys = sorted({k[:3] for k in ours})
+    for d, causal, n in keys:
+        line = f"| {d} | {'yes' if causal else 'no'} | {n} | {16384 // n} x {2048 // d} |"
+        tf = {}
+        for key, _ in cols:
+            r = ours.get((d, causal, n, key)) or theirs.get((d, causal, n, key))
+            v = (r.get("TFLOP/s") or r.get("tflops")) if r else None
+            tf[key] = v
+            line += f" {v:.1f} |" if v else " - |"
+        v2, fl, det = tf["gpu_v2:bf16"], tf["sdpa_bwd flash"], tf["gpu_v2_det:bf16"]
+        line += f" {v2 / fl:.2f} |" if v2 and fl else " - |"
+        line += f" {det / v2:.2f} |" if v2 and det else " - |"
+        out.append(line)
+    ctx = data["context"]
+    out.append("")
+    out.append(f"TFLOP/s (backward: 2.5 x the forward's 4·B·H·N²·d, halved for causal); bf16 unless marked; "
+               f"`gpu_v1` (the fp32 port) at N <= 4096 only. Ours: Google Benchmark, one backward per CUDA-event "
+               f"pair, measured {ctx['date'][:10]} on an {ctx.get('gpu', '?')} (`build-gpu/06_backward_recompute/"
+               f"bench_06_backward_gpu`, source: [{src}]({link})); "
+               f"SDPA: `torch.autograd.grad` through one forward, median of CUDA-event times, measured {sdpa['date']} "
+               f"(PyTorch {sdpa['torch']}, CUDA {sdpa['cuda']}, cuDNN {sdpa['cudnn']}) by `python3 tools/compare_torch.py "
+               f"--backward` in the same `scripts/gpu_check.sh` session (source: [{sdpa_src}]({sdpa_link})).")
+    return "\n".join(out) + "\n"
+
+
+def bwd_shape_table(src, _, link):
+    data, rows = bench_rows(src)
+    out = ["| d | key block Bc (warps) | causal | N | ms | TFLOP/s | shared memory per block |",
+           "|---:|---:|---:|---:|---:|---:|---:|"]
+    for b in rows:
+        if not b["name"].startswith("BM_bwd_shape/"):
+            continue
+        a = args(b["name"])
+        out.append(f"| {a['d']} | {a['block_k']} ({a['block_k'] // 16}) | {'yes' if a['causal'] else 'no'} | {a['N']} | "
+                   f"{ms(b):.3g} | {b['TFLOP/s']:.1f} | {fmt_bytes(b['smem_bytes'])} |")
+    ctx = data["context"]
+    out.append("")
+    out.append(f"`gpu_v2`, bf16, B = 16384/N, H = 2048/d; measured {ctx['date'][:10]} on an {ctx.get('gpu', '?')} by "
+               f"`scripts/gpu_check.sh` (`bench_06_backward_gpu`, BM_bwd_shape); source: [{src}]({link}).")
+    return "\n".join(out) + "\n"
+
+
 KINDS = {"compare": compare_table, "bench": bench_table, "sram": sram_table, "versions": versions_table,
-         "shape": shape_table}
+         "shape": shape_table, "bwd": bwd_table, "bwd_shape": bwd_shape_table}
 
 
 def main(paths):
