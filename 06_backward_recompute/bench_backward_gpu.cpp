@@ -5,8 +5,8 @@
 //
 //   BM_bwd/kernel:dtype/...   one backward of runner_bwd.hpp's kernel (gpu_v1 in fp32 at
 //                             N <= 4096 only: it is the scalar port, ~100x slower)
-//   BM_bwd_shape/...          gpu_v2 (bf16) at both key blocks, 64 and 128 (the sweep behind
-//                             backward_plan's default)
+//   BM_bwd_shape/...          gpu_v2 (bf16) at each compiled shape (fa06::bwd_shapes: 64 or 128
+//                             keys a block, 16 or 32 a warp; the sweep behind default_bwd_shape)
 // Counters: TFLOP/s (backward 2.5 x the forward's 4*B*H*N_q*N_k*d, halved for causal, FA2's
 //   convention: 5 matrix products against the forward's 2), pct_peak (of the datasheet's dense
 //   peak), gpu_extra_bytes (the workspace, measured by the counted device buffers).
@@ -37,7 +37,7 @@ using fa::bench::random_tensor;
 // One backward of `kernel` in `dtype` on problem p, timed per launch. O and LSE are random too:
 // the backward's cost does not depend on their values (LSE = 0 keeps every P finite).
 void time_backward(benchmark::State& state, const std::string& kernel, fa::DType t, const fa::AttnProblem& p,
-                   int64_t block_k) {
+                   fa06::BwdShape shape) {
   const int64_t eb = fa::dtype_bytes(t);
   const int sets = fa::bench::input_sets(eb * (3 * p.q_elems() + 2 * p.kv_elems()));
   std::vector<const void*> Q, K, V, O, dO;
@@ -55,7 +55,7 @@ void time_backward(benchmark::State& state, const std::string& kernel, fa::DType
   auto launch = [&](int s) {
     const size_t i = size_t(s);
     fa06::backward(kernel, p, t, Q[i], K[i], V[i], O[i], dO[i], LSE.get(), dQ.get(), dK.get(), dV.get(), nullptr,
-                   block_k);
+                   shape);
   };
   int64_t extra = 0;
   {
@@ -78,9 +78,10 @@ void time_backward(benchmark::State& state, const std::string& kernel, fa::DType
       benchmark::Counter(tf / fa::bench::peak_tflops(t) * 100, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["gpu_extra_bytes"] = double(extra);
   state.counters["input_sets"] = sets;
-  const fa06::BwdPlan pl = fa06::backward_plan(kernel, p, t, block_k);
+  const fa06::BwdPlan pl = fa06::backward_plan(kernel, p, t, shape);
   state.counters["Br"] = double(pl.Br);
   state.counters["Bc"] = double(pl.Bc);
+  state.counters["keys_per_warp"] = double(pl.keys_per_warp);
   state.counters["smem_bytes"] = double(pl.smem_dkdv);
   state.SetLabel(kernel + ":" + fa::dtype_name(t));
 }
@@ -88,13 +89,13 @@ void time_backward(benchmark::State& state, const std::string& kernel, fa::DType
 // Args: kernel index, dtype, N, d, causal.
 void BM_bwd(benchmark::State& state) {
   time_backward(state, fa06::backward_kernels()[size_t(state.range(0))], fa::DType(state.range(1)),
-                paper_problem(state.range(2), state.range(3), state.range(4) != 0), 0);
+                paper_problem(state.range(2), state.range(3), state.range(4) != 0), {});
 }
 
-// Args: key block, N, d, causal.
+// Args: key block, keys per warp, N, d, causal.
 void BM_bwd_shape(benchmark::State& state) {
-  time_backward(state, "gpu_v2", fa::DType::bf16, paper_problem(state.range(1), state.range(2), state.range(3) != 0),
-                state.range(0));
+  time_backward(state, "gpu_v2", fa::DType::bf16, paper_problem(state.range(2), state.range(3), state.range(4) != 0),
+                {state.range(0), state.range(1)});
 }
 
 void bwd_grid(benchmark::internal::Benchmark* b) {
@@ -114,10 +115,10 @@ void bwd_grid(benchmark::internal::Benchmark* b) {
 
 void shape_grid(benchmark::internal::Benchmark* b) {
   for (int64_t d : {64, 128})
-    for (int64_t bk : {64, 128})
+    for (const fa06::BwdShape& sh : fa06::bwd_shapes(d))
       for (int64_t causal : {0, 1})
-        for (int64_t N : {1024, 8192}) b->Args({bk, N, d, causal});
-  b->ArgNames({"block_k", "N", "d", "causal"});
+        for (int64_t N : {1024, 8192}) b->Args({sh.Bc, sh.keys_per_warp, N, d, causal});
+  b->ArgNames({"block_k", "keys_per_warp", "N", "d", "causal"});
 }
 
 }  // namespace

@@ -38,9 +38,19 @@ void with_type(fa::DType dtype, Go&& go) {
   }
 }
 
-int64_t v2_smem(int64_t d, int64_t W) {
-  if (d == 64) return W == 4 ? bwd_v2::smem_bytes<64, 4>() : bwd_v2::smem_bytes<64, 8>();
-  return W == 4 ? bwd_v2::smem_bytes<128, 4>() : bwd_v2::smem_bytes<128, 8>();
+// Calls go(D, W, kM) as integral constants for a compiled gpu_v2 shape at head dim d.
+template <class Go>
+void with_shape(int64_t d, const BwdShape& sh, Go&& go) {
+  using std::integral_constant;
+  const int64_t W = sh.Bc / sh.keys_per_warp, kM = sh.keys_per_warp / 16;
+  if (d == 64) {
+    if (W == 4 && kM == 1) return go(integral_constant<int, 64>{}, integral_constant<int, 4>{}, integral_constant<int, 1>{});
+    if (W == 8 && kM == 1) return go(integral_constant<int, 64>{}, integral_constant<int, 8>{}, integral_constant<int, 1>{});
+    if (W == 4 && kM == 2) return go(integral_constant<int, 64>{}, integral_constant<int, 4>{}, integral_constant<int, 2>{});
+  } else {
+    if (W == 4 && kM == 1) return go(integral_constant<int, 128>{}, integral_constant<int, 4>{}, integral_constant<int, 1>{});
+    if (W == 8 && kM == 1) return go(integral_constant<int, 128>{}, integral_constant<int, 8>{}, integral_constant<int, 1>{});
+  }
 }
 
 }  // namespace
@@ -50,18 +60,26 @@ const std::vector<std::string>& backward_kernels() {
   return k;
 }
 
-BwdPlan backward_plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, int64_t block_k) {
+std::vector<BwdShape> bwd_shapes(int64_t d) {
+  if (d == 64) return {{64, 16}, {128, 16}, {128, 32}};
+  if (d == 128) return {{64, 16}, {128, 16}};
+  return {};
+}
+
+BwdShape default_bwd_shape(int64_t d) { return d == 64 ? BwdShape{128, 32} : BwdShape{128, 16}; }
+
+BwdPlan backward_plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, BwdShape shape) {
   const auto& ks = backward_kernels();
   if (std::find(ks.begin(), ks.end(), kernel) == ks.end())
     throw fa::InputError("--kernel", "gpu_v1, gpu_v2 or gpu_v2_det", "'" + kernel + "'");
   fa::validate(p);
   if (p.d > 256) throw fa::InputError("--head-dim", "at most 256 for the GPU backward", std::to_string(p.d));
-  if (block_k != 0 && (kernel == "gpu_v1" || (block_k != 64 && block_k != 128)))
-    throw fa::InputError("--block-k", kernel == "gpu_v1" ? "no block choice for gpu_v1" : "64 or 128 (gpu_v2's compiled blocks)",
-                         std::to_string(block_k));
+  const bool asked = shape.Bc != 0 || shape.keys_per_warp != 0;
+  if (asked && kernel == "gpu_v1")
+    throw fa::InputError("--block-k", "no block choice for gpu_v1", std::to_string(shape.Bc));
   BwdPlan pl;
   pl.runs = kernel;
-  if (kernel != "gpu_v1" && (dtype == fa::DType::fp32 || (p.d != 64 && p.d != 128))) {
+  if (kernel != "gpu_v1" && (dtype == fa::DType::fp32 || bwd_shapes(p.d).empty())) {
     pl.runs = "gpu_v1";
     pl.note = kernel + " runs fp16/bf16 at d = 64 and 128; gpu_v1 runs this one";
   }
@@ -78,12 +96,25 @@ BwdPlan backward_plan(const std::string& kernel, const fa::AttnProblem& p, fa::D
     pl.smem_dq = 4 * int64_t(L.pass2_floats());
     pl.workspace_bytes = 4 * p.lse_elems();
   } else {
-    // Bc = 16 W keys per thread block; the default from the block sweep (BM_bwd_shape).
-    pl.Bc = block_k != 0 ? block_k : (p.d == 64 ? 64 : 128);
+    BwdShape sh = default_bwd_shape(p.d);
+    if (asked) {
+      const std::vector<BwdShape> ok = bwd_shapes(p.d);
+      if (std::none_of(ok.begin(), ok.end(),
+                       [&](const BwdShape& s) { return s.Bc == shape.Bc && s.keys_per_warp == shape.keys_per_warp; })) {
+        std::string list;
+        for (const BwdShape& s : ok) list += (list.empty() ? "" : ", ") + std::to_string(s.Bc) + "/" + std::to_string(s.keys_per_warp);
+        throw fa::InputError("--block-k", "a compiled gpu_v2 shape at d = " + std::to_string(p.d) + " (Bc/keys per warp: " + list + ")",
+                             std::to_string(shape.Bc) + "/" + std::to_string(shape.keys_per_warp));
+      }
+      sh = shape;
+    }
+    pl.Bc = sh.Bc;
+    pl.keys_per_warp = sh.keys_per_warp;
     pl.Br = bwd_v2::Br;
-    pl.threads = 2 * pl.Bc;  // W = Bc / 16 warps
+    pl.threads = 32 * sh.Bc / sh.keys_per_warp;
     pl.blocks_dkdv = p.B * p.H_kv * ceil_div(p.N_k, pl.Bc);
-    pl.smem_dkdv = v2_smem(p.d, pl.Bc / 16);
+    pl.smem_dkdv = p.d == 64 ? (sh.Bc == 64 ? bwd_v2::smem_bytes<64, 64>() : bwd_v2::smem_bytes<64, 128>())
+                             : (sh.Bc == 64 ? bwd_v2::smem_bytes<128, 64>() : bwd_v2::smem_bytes<128, 128>());
     pl.workspace_bytes = 4 * p.lse_elems() + 4 * p.q_elems() +
                          (kernel == "gpu_v2_det" ? 4 * p.B * p.H * ceil_div(p.N_q, bwd_v2::Br) : 0);
   }
@@ -112,10 +143,10 @@ void run_v1(const BwdPlan& pl, const fa::AttnProblem& p, const T* q, const T* k,
   FA_CUDA_CHECK(cudaGetLastError());
 }
 
-template <class T, int Dh, int W, bool kDet>
+template <class T, int Dh, int W, int kM, bool kDet>
 void launch_v2(const BwdPlan& pl, const fa::AttnProblem& p, const T* q, const T* k, const T* v, const T* g,
                const float* LSE, const float* D, float* dQacc, int* turn, T* dK, T* dV, cudaStream_t stream) {
-  auto* fn = bwd_v2::dk_dv_dq_kernel<T, Dh, W, kDet>;
+  auto* fn = bwd_v2::dk_dv_dq_kernel<T, Dh, W, kM, kDet>;
   set_smem(fn, pl.smem_dkdv);
   fn<<<unsigned(pl.blocks_dkdv), unsigned(pl.threads), size_t(pl.smem_dkdv), stream>>>(
       q, k, v, g, LSE, D, dK, dV, dQacc, turn, p, p.resolved_scale(), ceil_div(p.N_k, pl.Bc));
@@ -130,18 +161,13 @@ void run_v2(const BwdPlan& pl, bool det, const fa::AttnProblem& p, const T* q, c
   FA_CUDA_CHECK(cudaMemsetAsync(dQacc.get(), 0, size_t(dQacc.bytes()), stream));
   fa::DeviceBuffer<int> turn(det ? p.B * p.H * ceil_div(p.N_q, bwd_v2::Br) : 0, fa::Mem::Extra, stream);
   if (det) FA_CUDA_CHECK(cudaMemsetAsync(turn.get(), 0, size_t(turn.bytes()), stream));
-  const int W = int(pl.Bc / 16);
-  auto go = [&](auto dh, auto w, auto kdet) {
-    launch_v2<T, decltype(dh)::value, decltype(w)::value, decltype(kdet)::value>(pl, p, q, k, v, g, LSE, D, dQacc.get(),
-                                                                                 turn.get(), dK, dV, stream);
-  };
-  using I64 = std::integral_constant<int, 64>;
-  using I128 = std::integral_constant<int, 128>;
-  using W4 = std::integral_constant<int, 4>;
-  using W8 = std::integral_constant<int, 8>;
-  auto by_w = [&](auto dh, auto kdet) { W == 4 ? go(dh, W4{}, kdet) : go(dh, W8{}, kdet); };
-  auto by_d = [&](auto kdet) { p.d == 64 ? by_w(I64{}, kdet) : by_w(I128{}, kdet); };
-  det ? by_d(std::true_type{}) : by_d(std::false_type{});
+  with_shape(p.d, {pl.Bc, pl.keys_per_warp}, [&](auto dh, auto w, auto km) {
+    constexpr int Dh = decltype(dh)::value, W = decltype(w)::value, kM = decltype(km)::value;
+    if (det)
+      launch_v2<T, Dh, W, kM, true>(pl, p, q, k, v, g, LSE, D, dQacc.get(), turn.get(), dK, dV, stream);
+    else
+      launch_v2<T, Dh, W, kM, false>(pl, p, q, k, v, g, LSE, D, dQacc.get(), turn.get(), dK, dV, stream);
+  });
   // dQ = scale dQacc in T.
   bwd_v2::dq_convert_kernel<T><<<unsigned(std::min<int64_t>(ceil_div(p.q_elems(), 256), 4096)), 256, 0, stream>>>(
       dQacc.get(), dQ, p.q_elems(), p.resolved_scale());
@@ -153,8 +179,8 @@ void run_v2(const BwdPlan& pl, bool det, const fa::AttnProblem& p, const T* q, c
 
 void backward(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const void* Q,
               const void* K, const void* V, const void* O, const void* dO, const float* LSE, void* dQ,
-              void* dK, void* dV, cudaStream_t stream, int64_t block_k) {
-  const BwdPlan pl = backward_plan(kernel, p, dtype, block_k);
+              void* dK, void* dV, cudaStream_t stream, BwdShape shape) {
+  const BwdPlan pl = backward_plan(kernel, p, dtype, shape);
   with_type(dtype, [&](auto zero) {
     using T = decltype(zero);
     const auto* q = static_cast<const T*>(Q);

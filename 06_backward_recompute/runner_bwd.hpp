@@ -29,11 +29,23 @@ namespace fa06 {
 // The GPU backward kernels, in course order.
 const std::vector<std::string>& backward_kernels();
 
+// gpu_v2's block shape: Bc keys per thread block, keys_per_warp of them per warp (16 or 32: one or
+// two mma row tiles), so Bc / keys_per_warp warps. 0 = the default for the head dim.
+struct BwdShape {
+  int64_t Bc = 0, keys_per_warp = 0;
+};
+// The shapes gpu_v2 is compiled for at head dim d (empty for other d), and its default (the
+// sweep's choice, BM_bwd_shape). 32 keys a warp only at d = 64: at d = 128 its dK and dV alone
+// would take 256 registers a lane.
+std::vector<BwdShape> bwd_shapes(int64_t d);
+BwdShape default_bwd_shape(int64_t d);
+
 // How the backward runs a problem. Pure host arithmetic: no GPU needed (tested in CI).
 struct BwdPlan {
   std::string runs;                  // the kernel that runs: the one asked for, or gpu_v1
   std::string note;                  // why it fell back ("" if it did not)
   int64_t Br = 0, Bc = 0;            // block sizes, rows
+  int64_t keys_per_warp = 0;         // gpu_v2: keys each warp owns (16 or 32); 0 for gpu_v1
   int64_t threads = 0;               // threads per thread block (of the main kernels)
   int64_t blocks_dkdv = 0;           // thread blocks over key blocks (B * H_kv * ceil(N_k / Bc))
   int64_t blocks_dq = 0;             // gpu_v1's pass 2 (B * H * ceil(N_q / Br)); 0 for gpu_v2
@@ -44,16 +56,16 @@ struct BwdPlan {
 };
 
 // Throws fa::InputError for an invalid problem (fa::validate), an unknown kernel ("--kernel"),
-// d > 256 ("--head-dim"), a grid past 2^31 - 1 thread blocks, or a block_k gpu_v2 is not compiled
-// for ("--block-k": 64 or 128; 0 = the default, 64 at d = 64, 128 at d = 128). gpu_v1 blocks: 64
-// rows for d <= 64, else 32 (shared memory: at most 201 KiB at d = 256).
-BwdPlan backward_plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, int64_t block_k = 0);
+// d > 256 ("--head-dim"), a grid past 2^31 - 1 thread blocks, or a shape gpu_v2 is not compiled
+// for ("--block-k": bwd_shapes(d); gpu_v1 takes none). gpu_v1 blocks: 64 rows for d <= 64, else 32
+// (shared memory: at most 201 KiB at d = 256).
+BwdPlan backward_plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, BwdShape shape = {});
 
 // Runs the backward on device pointers (layout above) on `stream`, without waiting for it:
 // D = rowsum(dO * O), then the kernels of the plan; every element of dQ, dK, dV is written.
 // Throws as backward_plan(), fa::CudaError when CUDA fails.
 void backward(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const void* Q,
               const void* K, const void* V, const void* O, const void* dO, const float* LSE, void* dQ,
-              void* dK, void* dV, cudaStream_t stream, int64_t block_k = 0);
+              void* dK, void* dV, cudaStream_t stream, BwdShape shape = {});
 
 }  // namespace fa06

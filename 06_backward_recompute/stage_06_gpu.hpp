@@ -7,23 +7,23 @@
 #include "stage.hpp"
 #include "stage_05.hpp"
 
-// The BackwardFn of the GPU backward `kernel` (fa06::backward_kernels()) in `dtype`. A problem it
-// cannot run is refused (fa06::backward_plan throws InputError) before anything touches the GPU.
+// The BackwardFn of the GPU backward `kernel` (fa06::backward_kernels()) in `dtype`, gpu_v2 at
+// `shape` (default: the head dim's). A problem it cannot run is refused (fa06::backward_plan throws InputError) before anything touches the GPU.
 inline fa::BackwardFn stage_06_gpu_backward(const std::string& kernel = "gpu_v1", fa::DType t = fa::DType::fp32,
-                                            int64_t block_k = 0) {
+                                            fa06::BwdShape shape = {}) {
   fa::BackwardFn on_gpu = fa::gpu_backward(
-      [kernel, block_k](const fa::AttnProblem& p, fa::DType dt, const void* Q, const void* K, const void* V,
+      [kernel, shape](const fa::AttnProblem& p, fa::DType dt, const void* Q, const void* K, const void* V,
                         const void* O, const void* dO, const float* LSE, void* dQ, void* dK, void* dV,
                         cudaStream_t stream) {
-        fa06::backward(kernel, p, dt, Q, K, V, O, dO, LSE, dQ, dK, dV, stream, block_k);
+        fa06::backward(kernel, p, dt, Q, K, V, O, dO, LSE, dQ, dK, dV, stream, shape);
       },
       t,
-      [kernel, block_k](const fa::AttnProblem& p, fa::DType dt) {
-        return fa06::backward_plan(kernel, p, dt, block_k).workspace_bytes;
+      [kernel, shape](const fa::AttnProblem& p, fa::DType dt) {
+        return fa06::backward_plan(kernel, p, dt, shape).workspace_bytes;
       });
   return [=](const fa::AttnProblem& p, const float* Q, const float* K, const float* V, const float* O,
              const float* dO, const float* LSE, float* dQ, float* dK, float* dV) {
-    fa06::backward_plan(kernel, p, t, block_k);
+    fa06::backward_plan(kernel, p, t, shape);
     on_gpu(p, Q, K, V, O, dO, LSE, dQ, dK, dV);
   };
 }

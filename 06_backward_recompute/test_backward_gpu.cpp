@@ -78,37 +78,38 @@ TEST_CASE("06 gpu_v2_det: backward battery in bf16") {
 }
 
 // The battery's cases are mostly at d = 32 (where gpu_v2 runs gpu_v1): the same at the head dims
-// it runs itself, with N around its 64-row query steps and 64- and 128-key blocks.
-TEST_CASE("06 gpu_v2: ragged N_q != N_k, causal, GQA at d = 64 and 128, both key blocks, fp16 and bf16") {
+// it runs itself, with N around its 64-row query steps, at every compiled block shape.
+TEST_CASE("06 gpu_v2: ragged N_q != N_k, causal, GQA at d = 64 and 128, every block shape, fp16 and bf16") {
   const int64_t sizes[][2] = {{1, 1},   {1, 200},  {17, 17},  {63, 63},   {64, 64},   {65, 65},  {127, 129},
                               {129, 127}, {200, 63}, {63, 200}, {300, 1000}, {1000, 300}};
   for (const char* k : {"gpu_v2", "gpu_v2_det"})
     for (int64_t d : {64, 128})
-      for (int64_t block_k : {64, 128})
+      for (const fa06::BwdShape& sh : fa06::bwd_shapes(d))
         for (auto& nn : sizes)
           for (bool causal : {false, true}) {
             const fa::Case c{std::string(k) + " shape", fa::make_problem(2, 4, 2, nn[0], nn[1], d, causal),
                              fa::Fill::HighDims};
             for (fa::DType t : kHalfTypes) {
               if (std::string(k) == "gpu_v2_det" && t == fa::DType::fp16) continue;
-              INFO(k << " block_k " << block_k << " " << std::string(fa::dtype_name(t)));
-              CHECK(fa06::backward_plan(k, c.p, t, block_k).runs == k);
-              fa::check_backward_case(stage_06_gpu_backward(k, t, block_k), c, false, stage_06_gpu_forward(t),
-                                      v2_storage(t));
+              INFO(k << " Bc " << sh.Bc << ", " << sh.keys_per_warp << " keys a warp, " << std::string(fa::dtype_name(t)));
+              const fa06::BwdPlan pl = fa06::backward_plan(k, c.p, t, sh);
+              CHECK(pl.runs == k);
+              CHECK(pl.Bc == sh.Bc);
+              fa::check_backward_case(stage_06_gpu_backward(k, t, sh), c, false, stage_06_gpu_forward(t), v2_storage(t));
             }
           }
 }
 
 TEST_CASE("06 gpu_v2_det: bit-identical gradients over 20 runs (dQ added in key-block order)") {
-  for (int64_t block_k : {64, 128})
-    for (const fa::AttnProblem& p :
-         {fa::make_problem(2, 4, 1, 301, 257, 64, true), fa::make_problem(1, 4, 2, 700, 1333, 128, false)}) {
-      INFO(p.describe() << " block_k " << block_k);
+  for (const fa::AttnProblem& p :
+       {fa::make_problem(2, 4, 1, 301, 257, 64, true), fa::make_problem(1, 4, 2, 700, 1333, 128, false)})
+    for (const fa06::BwdShape& sh : fa06::bwd_shapes(p.d)) {
+      INFO(p.describe() << " Bc " << sh.Bc << ", " << sh.keys_per_warp << " keys a warp");
       const fa::DType t = fa::DType::bf16;
       fa::Inputs in = fa::random_inputs(p, 3);
       fa::add_grad_output(in, "", 4);
       const fa::ForwardRun fwd = fa::run_forward(stage_06_gpu_forward(t), in);
-      const fa::BackwardFn f = stage_06_gpu_backward("gpu_v2_det", t, block_k);
+      const fa::BackwardFn f = stage_06_gpu_backward("gpu_v2_det", t, sh);
       const fa::BackwardRun a = fa::run_backward(f, in, fwd);
       for (int rep = 1; rep < 20; ++rep) {
         const fa::BackwardRun b = fa::run_backward(f, in, fwd);

@@ -4,6 +4,7 @@
 
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "runner_bwd.hpp"
 
@@ -29,27 +30,34 @@ TEST_CASE("06 gpu plan: blocks of 64 rows for d <= 64, else 32; grids over key a
   CHECK(small.Bc == 3);
 }
 
-TEST_CASE("06 gpu plan: gpu_v2 takes 64 query rows a step and 64 or 128 keys a block (16 per warp)") {
+TEST_CASE("06 gpu plan: gpu_v2 takes 64 query rows a step, 64 or 128 keys a block, 16 or 32 a warp") {
+  CHECK(fa06::bwd_shapes(64).size() == 3);
+  CHECK(fa06::bwd_shapes(128).size() == 2);  // 32 keys a warp would need 256 accumulator registers
+  CHECK(fa06::bwd_shapes(96).empty());
   for (const char* k : {"gpu_v2", "gpu_v2_det"})
-    for (auto [d, Bc] : {std::pair<int64_t, int64_t>{64, 64}, {128, 128}})
-      for (int64_t block_k : {int64_t(0), int64_t(64), int64_t(128)}) {
-        INFO(k << " d = " << d << " block_k " << block_k);
+    for (int64_t d : {64, 128}) {
+      std::vector<fa06::BwdShape> shapes = fa06::bwd_shapes(d);
+      shapes.push_back({});  // the default
+      for (const fa06::BwdShape& asked : shapes) {
+        const fa06::BwdShape sh = asked.Bc ? asked : fa06::default_bwd_shape(d);
+        INFO(k << " d = " << d << " Bc " << sh.Bc << " keys a warp " << sh.keys_per_warp);
         const fa::AttnProblem p = fa::make_problem(2, 8, 2, 1000, 300, d, true);
-        const fa06::BwdPlan pl = fa06::backward_plan(k, p, fa::DType::bf16, block_k);
-        const int64_t bc = block_k ? block_k : Bc;
+        const fa06::BwdPlan pl = fa06::backward_plan(k, p, fa::DType::bf16, asked);
         CHECK(pl.runs == k);
         CHECK(pl.note.empty());
         CHECK(pl.Br == 64);
-        CHECK(pl.Bc == bc);
-        CHECK(pl.threads == 32 * bc / 16);
-        CHECK(pl.blocks_dkdv == 2 * 2 * ((300 + bc - 1) / bc));  // per (b, kv head, key block)
-        CHECK(pl.blocks_dq == 0);                                // no second pass
+        CHECK(pl.Bc == sh.Bc);
+        CHECK(pl.keys_per_warp == sh.keys_per_warp);
+        CHECK(pl.threads == 32 * sh.Bc / sh.keys_per_warp);
+        CHECK(pl.blocks_dkdv == 2 * 2 * ((300 + sh.Bc - 1) / sh.Bc));  // per (b, kv head, key block)
+        CHECK(pl.blocks_dq == 0);                                      // no second pass
         // K_j, V_j, two Q_i and two dO_i tiles (pitch d + 8), dS^T (pitch 72), LSE and D twice.
-        CHECK(pl.smem_dkdv == (2 * bc + 4 * 64) * (d + 8) * 2 + bc * 72 * 2 + 4 * 64 * 4);
+        CHECK(pl.smem_dkdv == (2 * sh.Bc + 4 * 64) * (d + 8) * 2 + sh.Bc * 72 * 2 + 4 * 64 * 4);
         CHECK(pl.smem_dkdv <= 227 * 1024);
         const int64_t turns = std::string(k) == "gpu_v2_det" ? 4 * 2 * 8 * ((1000 + 63) / 64) : 0;
         CHECK(pl.workspace_bytes == 4 * 2 * 8 * 1000 + 4 * p.q_elems() + turns);  // D, dQacc (+ turns)
       }
+    }
 }
 
 TEST_CASE("06 gpu plan: gpu_v2 falls back to gpu_v1 for fp32 and for d other than 64 and 128, and says so") {
@@ -63,8 +71,12 @@ TEST_CASE("06 gpu plan: gpu_v2 falls back to gpu_v1 for fp32 and for d other tha
 
 TEST_CASE("06 gpu plan: refuses what a kernel cannot run, naming the flag") {
   const fa::AttnProblem p = fa::make_problem(1, 1, 1, 8, 8, 64, false);
-  CHECK_THROWS_WITH_AS(fa06::backward_plan("gpu_v1", p, fa::DType::fp32, 64), doctest::Contains("--block-k"), fa::InputError);
-  CHECK_THROWS_WITH_AS(fa06::backward_plan("gpu_v2", p, fa::DType::bf16, 32), doctest::Contains("--block-k"), fa::InputError);
+  CHECK_THROWS_WITH_AS(fa06::backward_plan("gpu_v1", p, fa::DType::fp32, {64, 16}), doctest::Contains("--block-k"),
+                       fa::InputError);
+  CHECK_THROWS_WITH_AS(fa06::backward_plan("gpu_v2", p, fa::DType::bf16, {32, 16}), doctest::Contains("--block-k"),
+                       fa::InputError);
+  CHECK_THROWS_WITH_AS(fa06::backward_plan("gpu_v2", fa::make_problem(1, 1, 1, 8, 8, 128, false), fa::DType::bf16, {128, 32}),
+                       doctest::Contains("--block-k"), fa::InputError);
   CHECK_THROWS_WITH_AS(fa06::backward_plan("gpu_v9", p, fa::DType::fp32), doctest::Contains("--kernel"), fa::InputError);
   CHECK_THROWS_WITH_AS(fa06::backward_plan("gpu_v1", fa::make_problem(1, 1, 1, 8, 8, 257, false), fa::DType::fp32),
                        doctest::Contains("--head-dim"), fa::InputError);

@@ -233,14 +233,15 @@ def bwd_table(src, sdpa_src, link):
 
 def bwd_shape_table(src, _, link):
     data, rows = bench_rows(src)
-    out = ["| d | key block Bc (warps) | causal | N | ms | TFLOP/s | shared memory per block |",
-           "|---:|---:|---:|---:|---:|---:|---:|"]
+    out = ["| d | keys a block, Bc | keys a warp | warps | causal | N | ms | TFLOP/s | shared memory per block |",
+           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for b in rows:
         if not b["name"].startswith("BM_bwd_shape/"):
             continue
         a = args(b["name"])
-        out.append(f"| {a['d']} | {a['block_k']} ({a['block_k'] // 16}) | {'yes' if a['causal'] else 'no'} | {a['N']} | "
-                   f"{ms(b):.3g} | {b['TFLOP/s']:.1f} | {fmt_bytes(b['smem_bytes'])} |")
+        kw = a.get("keys_per_warp", 16)
+        out.append(f"| {a['d']} | {a['block_k']} | {kw} | {a['block_k'] // kw} | {'yes' if a['causal'] else 'no'} | "
+                   f"{a['N']} | {ms(b):.3g} | {b['TFLOP/s']:.1f} | {fmt_bytes(b['smem_bytes'])} |")
     ctx = data["context"]
     out.append("")
     out.append(f"`gpu_v2`, bf16, B = 16384/N, H = 2048/d; measured {ctx['date'][:10]} on an {ctx.get('gpu', '?')} by "

@@ -46,13 +46,13 @@ constexpr int Br = 64;  // query rows per step: 4 mma row tiles in the dQ produc
 // Tiles of T with 8 elements of padding per row, as stage 05's v2 ... v4 (the 8 rows one ldmatrix
 // reads fall in 8 different bank groups): K_j, V_j (Bc rows), Q_i and dO_i (Br rows, twice: the
 // step being computed and the next one in flight), dS^T (Bc x Br), then LSE_i and D_i (2 x Br
-// floats each). At D = 128: 154 KiB for W = 8, 111 KiB for W = 4.
+// floats each). At D = 128: 155 KiB for Bc = 128, 112 KiB for Bc = 64.
 template <int D>
 constexpr int kPitch = D + 8;
 constexpr int kPitchS = Br + 8;
-template <int D, int W>
+template <int D, int Bc>
 constexpr int smem_bytes() {
-  return (2 * 16 * W + 4 * Br) * kPitch<D> * 2 + 16 * W * kPitchS * 2 + 4 * Br * 4;
+  return (2 * Bc + 4 * Br) * kPitch<D> * 2 + Bc * kPitchS * 2 + 4 * Br * 4;
 }
 
 // Starts copying `rows` rows of D elements (global, pitch D) into an (R, D + 8) shared tile, 16
@@ -76,16 +76,17 @@ __device__ __forceinline__ void store_release(int* x, int v) {
   asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(x), "r"(v) : "memory");
 }
 
-// One thread block per (b, kv head hk, key block j): FA2 Algorithm 2, lines 5-19. Tc key blocks
-// per head. kDeterministic: dQ_i is added in the order j = 0, 1, ... (see the dQ step below);
-// dq_turn then holds one zeroed int per (b, h, query block), else it is unused.
-template <class T, int D, int W, bool kDeterministic>
+// One thread block per (b, kv head hk, key block j): FA2 Algorithm 2, lines 5-19. W warps, each
+// owning kM mma row tiles of keys (16 kM keys): Bc = 16 kM W. Tc key blocks per head.
+// kDeterministic: dQ_i is added in the order j = 0, 1, ... (see the dQ step below); dq_turn then
+// holds one zeroed int per (b, h, query block), else it is unused.
+template <class T, int D, int W, int kM, bool kDeterministic>
 __global__ void __launch_bounds__(32 * W, 1)
 dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                 const T* __restrict__ dO, const float* __restrict__ LSE, const float* __restrict__ Dv,
                 T* __restrict__ dK, T* __restrict__ dV, float* __restrict__ dQacc, int* __restrict__ dq_turn,
                 const fa::AttnProblem p, const float scale, const int64_t Tc) {
-  constexpr int kThreads = 32 * W, Bc = 16 * W, P = kPitch<D>, PS = kPitchS;
+  constexpr int kThreads = 32 * W, Bc = 16 * kM * W, P = kPitch<D>, PS = kPitchS;
   extern __shared__ __align__(16) unsigned char sram[];
   T* Kj = reinterpret_cast<T*>(sram);                   // (Bc, P)
   T* Vj = Kj + Bc * P;                                  // (Bc, P)
@@ -96,6 +97,7 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
   float* Ds = Ls + 2 * Br;                              // (2, Br): D_i
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t4 = lane % 4;         // fragment coordinates (ptx.cuh)
+  const int kw0 = warp * 16 * kM;                // this warp's first key in the block
   const float c = scale * 1.4426950408889634f;   // scale log2(e): exp(scale x) = 2^(c x)
 
   const int64_t t = blockIdx.x, G = p.H / p.H_kv, shift = p.N_k - p.N_q;
@@ -122,13 +124,14 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
     }
   };
 
-  // K_j, V_j once (line 6), with step 0's tiles; dK_j = dV_j = 0 in registers (line 7). Lane
-  // holds keys warp*16 + g (index 0) and + 8 (index 1); dk[n] is the fragment of dims 8n .. 8n+7.
+  // K_j, V_j once (line 6), with step 0's tiles; dK_j = dV_j = 0 in registers (line 7). In row
+  // tile m the lane holds keys kw0 + 16m + g (index 0) and + 8 (index 1); dk[m][n] is the
+  // fragment of dims 8n .. 8n+7.
   copy_rows_async<D, Bc, kThreads>(Kj, K + p.kv_offset(b, hk * G, c0), bc);
   copy_rows_async<D, Bc, kThreads>(Vj, V + p.kv_offset(b, hk * G, c0), bc);
   if (steps > 0) load_step(0);
   ptx::cp_async_commit();
-  float dk[D / 8][4] = {}, dv[D / 8][4] = {};
+  float dk[kM][D / 8][4] = {}, dv[kM][D / 8][4] = {};
 
   for (int64_t s = 0; s < steps; ++s) {  // line 8
     // Step s's tiles have arrived (the wait: this thread's copies; the barrier: everyone's), and
@@ -144,29 +147,33 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
     const float* Li = Ls + (s % 2) * Br;
     const float* Di = Ds + (s % 2) * Br;
 
-    // The step's 64 queries in two halves of kQh = 32: S^T and dP^T of a half (32 registers a
-    // lane) fit beside dK_j and dV_j (128 at D = 128) without spilling to local memory.
+    // The step's 64 queries in two halves of kQh = 32: S^T and dP^T of a half (16 kM registers
+    // each) fit beside dK_j and dV_j (64 kM at D = 64, 128 at D = 128) without spilling.
     constexpr int kQh = 32;
     for (int q0 = 0; q0 < Br; q0 += kQh) {
-      // S^T = K_j Q_i^T (line 10) and dP^T = V_j dO_i^T (line 13) for this warp's 16 keys: the
-      // A operand is the warp's rows of K_j (V_j), row-major; Q_i (dO_i), row-major
-      // [query][dim], is the "col" B operand as K_j is in the forward. st[n], dpt[n]: the
-      // fragments of queries q0 + 8n ... q0 + 8n + 7.
-      float st[kQh / 8][4] = {}, dpt[kQh / 8][4] = {};
+      // S^T = K_j Q_i^T (line 10) and dP^T = V_j dO_i^T (line 13) for this warp's keys: the A
+      // operands are its rows of K_j (V_j), row-major; Q_i (dO_i), row-major [query][dim], is
+      // the "col" B operand as K_j is in the forward. Each B fragment loaded serves kM row
+      // tiles. st[m][n], dpt[m][n]: the fragments of queries q0 + 8n ... q0 + 8n + 7.
+      float st[kM][kQh / 8][4] = {}, dpt[kM][kQh / 8][4] = {};
       for (int k = 0; k < D / 16; ++k) {
-        uint32_t kf[4], vf[4];  // lane -> key 16 warp + lane % 8 + 8 ((lane / 8) % 2), dims 16k + 8 (lane / 16)
-        const int a_at = (warp * 16 + lane % 8 + (lane / 8 % 2) * 8) * P + k * 16 + lane / 16 * 8;
-        ptx::ldmatrix_x4(kf, Kj + a_at);
-        ptx::ldmatrix_x4(vf, Vj + a_at);
+        uint32_t kf[kM][4], vf[kM][4];  // lane -> key kw0 + 16m + lane % 8 + 8 ((lane / 8) % 2), dims 16k + 8 (lane / 16)
+        for (int m = 0; m < kM; ++m) {
+          const int a_at = (kw0 + m * 16 + lane % 8 + (lane / 8 % 2) * 8) * P + k * 16 + lane / 16 * 8;
+          ptx::ldmatrix_x4(kf[m], Kj + a_at);
+          ptx::ldmatrix_x4(vf[m], Vj + a_at);
+        }
         for (int n = 0; n < kQh / 8; n += 2) {
           uint32_t qf[4], of[4];  // lane -> query q0 + 8n + 8 (lane / 16) + lane % 8, dims 16k + 8 ((lane / 8) % 2)
           const int b_at = (q0 + n * 8 + lane / 16 * 8 + lane % 8) * P + k * 16 + (lane / 8 % 2) * 8;
           ptx::ldmatrix_x4(qf, Qi + b_at);
           ptx::ldmatrix_x4(of, dOi + b_at);
-          ptx::mma_m16n8k16<T>(st[n], kf, qf[0], qf[1]);
-          ptx::mma_m16n8k16<T>(st[n + 1], kf, qf[2], qf[3]);
-          ptx::mma_m16n8k16<T>(dpt[n], vf, of[0], of[1]);
-          ptx::mma_m16n8k16<T>(dpt[n + 1], vf, of[2], of[3]);
+          for (int m = 0; m < kM; ++m) {
+            ptx::mma_m16n8k16<T>(st[m][n], kf[m], qf[0], qf[1]);
+            ptx::mma_m16n8k16<T>(st[m][n + 1], kf[m], qf[2], qf[3]);
+            ptx::mma_m16n8k16<T>(dpt[m][n], vf[m], of[0], of[1]);
+            ptx::mma_m16n8k16<T>(dpt[m][n + 1], vf[m], of[2], of[3]);
+          }
         }
       }
 
@@ -176,11 +183,12 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
       if (mask) {
         const int64_t lim64 = r0 + shift - c0;  // visible iff kr - qc <= lim
         const int lim = p.causal ? int(max(int64_t(-Br - Bc), min(int64_t(Bc), lim64))) : Bc;
-        for (int n = 0; n < kQh / 8; ++n)
-          for (int e = 0; e < 4; ++e) {
-            const int kr = warp * 16 + g + e / 2 * 8, qc = q0 + n * 8 + 2 * t4 + e % 2;
-            if (kr >= bc || qc >= br || kr - qc > lim) st[n][e] = -INFINITY;
-          }
+        for (int m = 0; m < kM; ++m)
+          for (int n = 0; n < kQh / 8; ++n)
+            for (int e = 0; e < 4; ++e) {
+              const int kr = kw0 + m * 16 + g + e / 2 * 8, qc = q0 + n * 8 + 2 * t4 + e % 2;
+              if (kr >= bc || qc >= br || kr - qc > lim) st[m][n][e] = -INFINITY;
+            }
       }
 
       // P^T = exp(S^T - LSE_i) = 2^(S^T c - LSE_i log2 e) (line 11) and dS^T = P^T (dP^T - D_i)
@@ -191,10 +199,11 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
         const float2 dd = *reinterpret_cast<const float2*>(Di + q0 + n * 8 + 2 * t4);
         const float l2[2] = {lse.x == -INFINITY ? INFINITY : lse.x * 1.4426950408889634f,
                              lse.y == -INFINITY ? INFINITY : lse.y * 1.4426950408889634f};
-        for (int e = 0; e < 4; ++e) {
-          st[n][e] = ptx::ex2(fmaf(st[n][e], c, -l2[e % 2]));
-          dpt[n][e] = st[n][e] * (dpt[n][e] - (e % 2 ? dd.y : dd.x));
-        }
+        for (int m = 0; m < kM; ++m)
+          for (int e = 0; e < 4; ++e) {
+            st[m][n][e] = ptx::ex2(fmaf(st[m][n][e], c, -l2[e % 2]));
+            dpt[m][n][e] = st[m][n][e] * (dpt[m][n][e] - (e % 2 ? dd.y : dd.x));
+          }
       }
 
       // dV_j += P^T dO_i (line 12), dK_j += dS^T Q_i (line 16; scale applied at the write). The
@@ -202,38 +211,45 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
       // slice k (stage 05 v2's P trick); dO_i and Q_i, row-major [query][dim] with the query as
       // k here, are read by a transposing ldmatrix, as V_j in the forward.
       for (int k = 0; k < kQh / 16; ++k) {
-        const uint32_t pa[4] = {ptx::pack2<T>(st[2 * k][0], st[2 * k][1]), ptx::pack2<T>(st[2 * k][2], st[2 * k][3]),
-                                ptx::pack2<T>(st[2 * k + 1][0], st[2 * k + 1][1]),
-                                ptx::pack2<T>(st[2 * k + 1][2], st[2 * k + 1][3])};
-        const uint32_t sa[4] = {ptx::pack2<T>(dpt[2 * k][0], dpt[2 * k][1]),
-                                ptx::pack2<T>(dpt[2 * k][2], dpt[2 * k][3]),
-                                ptx::pack2<T>(dpt[2 * k + 1][0], dpt[2 * k + 1][1]),
-                                ptx::pack2<T>(dpt[2 * k + 1][2], dpt[2 * k + 1][3])};
-        // dS^T to shared memory for the dQ product (row = key, 4-byte stores: the 32 lanes of a
-        // store hit 32 different banks with the pitch Br + 8).
-        for (int e = 0; e < 4; ++e)
-          *reinterpret_cast<uint32_t*>(dSt + (warp * 16 + g + (e % 2) * 8) * PS + q0 + k * 16 + (e / 2) * 8 + 2 * t4) =
-              sa[e];
+        uint32_t pa[kM][4], sa[kM][4];
+        for (int m = 0; m < kM; ++m) {
+          const float(&p0)[4] = st[m][2 * k];
+          const float(&p1)[4] = st[m][2 * k + 1];
+          const float(&s0)[4] = dpt[m][2 * k];
+          const float(&s1)[4] = dpt[m][2 * k + 1];
+          pa[m][0] = ptx::pack2<T>(p0[0], p0[1]), pa[m][1] = ptx::pack2<T>(p0[2], p0[3]);
+          pa[m][2] = ptx::pack2<T>(p1[0], p1[1]), pa[m][3] = ptx::pack2<T>(p1[2], p1[3]);
+          sa[m][0] = ptx::pack2<T>(s0[0], s0[1]), sa[m][1] = ptx::pack2<T>(s0[2], s0[3]);
+          sa[m][2] = ptx::pack2<T>(s1[0], s1[1]), sa[m][3] = ptx::pack2<T>(s1[2], s1[3]);
+          // dS^T to shared memory for the dQ product (row = key, 4-byte stores: the 32 lanes of
+          // a store hit 32 different banks with the pitch Br + 8).
+          for (int e = 0; e < 4; ++e)
+            *reinterpret_cast<uint32_t*>(dSt + (kw0 + m * 16 + g + (e % 2) * 8) * PS + q0 + k * 16 + (e / 2) * 8 +
+                                         2 * t4) = sa[m][e];
+        }
         for (int n = 0; n < D / 8; n += 2) {
           uint32_t of[4], qf[4];  // lane -> query q0 + 16k + 8 ((lane / 8) % 2) + lane % 8, dims 8n + 8 (lane / 16)
           const int b_at = (q0 + k * 16 + (lane / 8 % 2) * 8 + lane % 8) * P + n * 8 + lane / 16 * 8;
           ptx::ldmatrix_x4_trans(of, dOi + b_at);
           ptx::ldmatrix_x4_trans(qf, Qi + b_at);
-          ptx::mma_m16n8k16<T>(dv[n], pa, of[0], of[1]);
-          ptx::mma_m16n8k16<T>(dv[n + 1], pa, of[2], of[3]);
-          ptx::mma_m16n8k16<T>(dk[n], sa, qf[0], qf[1]);
-          ptx::mma_m16n8k16<T>(dk[n + 1], sa, qf[2], qf[3]);
+          for (int m = 0; m < kM; ++m) {
+            ptx::mma_m16n8k16<T>(dv[m][n], pa[m], of[0], of[1]);
+            ptx::mma_m16n8k16<T>(dv[m][n + 1], pa[m], of[2], of[3]);
+            ptx::mma_m16n8k16<T>(dk[m][n], sa[m], qf[0], qf[1]);
+            ptx::mma_m16n8k16<T>(dk[m][n + 1], sa[m], qf[2], qf[3]);
+          }
         }
       }
     }
     __syncthreads();  // all of dS^T is in shared memory
 
-    // dQ_i += dS K_j (line 15): 64 query rows x D, summed over the block's Bc keys. Warp w takes
-    // query rows 16 (w % 4) .. +15 and the dims [D/NG (w / 4), D/NG (w / 4 + 1)), NG = W / 4, in
-    // chunks of 32. A = dS (query x key) is dS^T read by a transposing ldmatrix; B = K_j with the
-    // key as k, transposing as V_j in the forward.
-    constexpr int NG = W / 4, kDims = D / NG;
-    const int rt = warp % 4, d0 = warp / 4 * kDims;
+    // dQ_i += dS K_j (line 15): 64 query rows x D, summed over the block's Bc keys. The warps
+    // tile it 2 x (W / 2): warp w takes query rows 32 (w % 2) .. +31 (two mma row tiles, so each
+    // K_j fragment loaded serves both) and kDims = D / (W / 2) head dims, in chunks of up to 32.
+    // A = dS (query x key) is dS^T read by a transposing ldmatrix; B = K_j with the key as k,
+    // transposing as V_j in the forward.
+    constexpr int kDims = D / (W / 2), kC = kDims < 32 ? kDims : 32;
+    const int q_w = warp % 2 * 32, d0 = warp / 2 * kDims;
     if constexpr (kDeterministic) {
       // Wait until key blocks 0 .. j-1 have added their share of dQ_i: the additions happen in
       // the order j = 0, 1, ..., the same every run. Each block only waits for blocks with a
@@ -244,38 +260,43 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
         }
       __syncthreads();
     }
-    for (int dc = d0; dc < d0 + kDims; dc += 32) {
-      float dq[4][4] = {};
+    for (int dc = d0; dc < d0 + kDims; dc += kC) {
+      float dq[2][kC / 8][4] = {};
       for (int k = 0; k < Bc / 16; ++k) {
-        uint32_t sf[4];  // lane -> key 16k + 8 (lane / 16) + lane % 8, queries 16 rt + 8 ((lane / 8) % 2)
-        ptx::ldmatrix_x4_trans(sf, dSt + (k * 16 + lane / 16 * 8 + lane % 8) * PS + rt * 16 + (lane / 8 % 2) * 8);
-        for (int n = 0; n < 4; n += 2) {
+        uint32_t sf[2][4];  // lane -> key 16k + 8 (lane / 16) + lane % 8, queries q_w + 16mm + 8 ((lane / 8) % 2)
+        for (int mm = 0; mm < 2; ++mm)
+          ptx::ldmatrix_x4_trans(sf[mm], dSt + (k * 16 + lane / 16 * 8 + lane % 8) * PS + q_w + mm * 16 +
+                                             (lane / 8 % 2) * 8);
+        for (int n = 0; n < kC / 8; n += 2) {
           uint32_t kf[4];  // lane -> key 16k + 8 ((lane / 8) % 2) + lane % 8, dims dc + 8n + 8 (lane / 16)
           ptx::ldmatrix_x4_trans(kf, Kj + (k * 16 + (lane / 8 % 2) * 8 + lane % 8) * P + dc + n * 8 + lane / 16 * 8);
-          ptx::mma_m16n8k16<T>(dq[n], sf, kf[0], kf[1]);
-          ptx::mma_m16n8k16<T>(dq[n + 1], sf, kf[2], kf[3]);
-        }
-      }
-      for (int r = 0; r < 2; ++r) {
-        const int q = rt * 16 + g + r * 8;
-        if (q >= br) continue;
-        float* out = dQacc + p.q_offset(b, h, r0 + q) + dc + 2 * t4;
-        for (int n = 0; n < 4; ++n) {
-          const float2 add = make_float2(dq[n][2 * r], dq[n][2 * r + 1]);
-          float2* at = reinterpret_cast<float2*>(out + n * 8);
-          if constexpr (kDeterministic) {  // our turn: a plain read-add-write, through L2
-            float2 v = __ldcg(at);
-            v.x += add.x, v.y += add.y;
-            __stcg(at, v);
-          } else {
-#if __CUDA_ARCH__ >= 900
-            atomicAdd(at, add);  // one 8-byte reduction (sm_90)
-#else
-            atomicAdd(&at->x, add.x), atomicAdd(&at->y, add.y);
-#endif
+          for (int mm = 0; mm < 2; ++mm) {
+            ptx::mma_m16n8k16<T>(dq[mm][n], sf[mm], kf[0], kf[1]);
+            ptx::mma_m16n8k16<T>(dq[mm][n + 1], sf[mm], kf[2], kf[3]);
           }
         }
       }
+      for (int mm = 0; mm < 2; ++mm)
+        for (int r = 0; r < 2; ++r) {
+          const int q = q_w + mm * 16 + g + r * 8;
+          if (q >= br) continue;
+          float* out = dQacc + p.q_offset(b, h, r0 + q) + dc + 2 * t4;
+          for (int n = 0; n < kC / 8; ++n) {
+            const float2 add = make_float2(dq[mm][n][2 * r], dq[mm][n][2 * r + 1]);
+            float2* at = reinterpret_cast<float2*>(out + n * 8);
+            if constexpr (kDeterministic) {  // our turn: a plain read-add-write, through L2
+              float2 v = __ldcg(at);
+              v.x += add.x, v.y += add.y;
+              __stcg(at, v);
+            } else {
+#if __CUDA_ARCH__ >= 900
+              atomicAdd(at, add);  // one 8-byte reduction (sm_90)
+#else
+              atomicAdd(&at->x, add.x), atomicAdd(&at->y, add.y);
+#endif
+            }
+          }
+        }
     }
     if constexpr (kDeterministic) {
       __threadfence();  // this block's additions are visible GPU-wide before the turn passes on
@@ -285,16 +306,18 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
   }
 
   // dK_j = scale dK_j, dV_j to HBM, once (line 18); rows past N_k are not written.
-  for (int r = 0; r < 2; ++r) {
-    const int key = warp * 16 + g + r * 8;
-    if (key >= bc) continue;
-    T* dk_out = dK + p.kv_offset(b, hk * G, c0 + key) + 2 * t4;
-    T* dv_out = dV + p.kv_offset(b, hk * G, c0 + key) + 2 * t4;
-    for (int n = 0; n < D / 8; ++n) {
-      *reinterpret_cast<uint32_t*>(dk_out + n * 8) = ptx::pack2<T>(scale * dk[n][2 * r], scale * dk[n][2 * r + 1]);
-      *reinterpret_cast<uint32_t*>(dv_out + n * 8) = ptx::pack2<T>(dv[n][2 * r], dv[n][2 * r + 1]);
+  for (int m = 0; m < kM; ++m)
+    for (int r = 0; r < 2; ++r) {
+      const int key = kw0 + m * 16 + g + r * 8;
+      if (key >= bc) continue;
+      T* dk_out = dK + p.kv_offset(b, hk * G, c0 + key) + 2 * t4;
+      T* dv_out = dV + p.kv_offset(b, hk * G, c0 + key) + 2 * t4;
+      for (int n = 0; n < D / 8; ++n) {
+        *reinterpret_cast<uint32_t*>(dk_out + n * 8) =
+            ptx::pack2<T>(scale * dk[m][n][2 * r], scale * dk[m][n][2 * r + 1]);
+        *reinterpret_cast<uint32_t*>(dv_out + n * 8) = ptx::pack2<T>(dv[m][n][2 * r], dv[m][n][2 * r + 1]);
+      }
     }
-  }
 }
 
 // dQ = scale dQacc, rounded to T (the last step of line 15's accumulation). n elements.
