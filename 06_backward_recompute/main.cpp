@@ -5,8 +5,9 @@
 //   --threads T      OpenMP threads         (default: all)
 //   --device D       cpu (default) or gpu: a stage 05 forward and a GPU backward (runner_bwd.hpp);
 //                    built only where nvcc is
-//   --bwd-kernel K   with --device gpu: gpu_v1, gpu_v2 or gpu_v2_det (default: gpu_v1 for
-//                    --dtype fp32, gpu_v2 for fp16/bf16, whose forward is then stage 05's v5)
+//   --bwd-kernel K   with --device gpu: gpu_v1, gpu_v2, gpu_v3 or a _det variant (default: the
+//                    fastest measured, fa06::default_backward_kernel; in fp16/bf16 the forward is
+//                    stage 05's v5)
 #include "cli.hpp"
 #include "stage_06.hpp"
 #ifdef FA06_GPU
@@ -28,12 +29,13 @@ int main(int argc, char** argv) {
     if (device == "gpu") {
       if (blk.Br > 0 || blk.Bc > 0 || blk.threads > 0)
         throw fa::InputError("--block-q/--block-k/--threads", "only with --device cpu", "--device gpu");
-      const std::string k = !bwd_kernel.empty() ? bwd_kernel : t == fa::DType::fp32 ? "gpu_v1" : "gpu_v2";
-      const fa::Stage g = stage_06_gpu(k, t);
+      // The default depends on the head dim, known only once the problem is: chosen in the
+      // backward itself.
+      const fa::Stage g = stage_06_gpu(bwd_kernel, t);
       stage.idea = g.idea;
       stage.backward = g.backward;
-      stage.precheck = [k](const fa::AttnProblem& p, const fa::Inputs*, fa::DType dt) {
-        fa06::backward_plan(k, p, dt);
+      stage.precheck = [k = bwd_kernel](const fa::AttnProblem& p, const fa::Inputs*, fa::DType dt) {
+        fa06::backward_plan(k.empty() ? fa06::default_backward_kernel(p.d, dt) : k, p, dt);
         fa::require_gpu();
       };
       return g.forward;
@@ -54,7 +56,7 @@ int main(int argc, char** argv) {
     app.add_option("--device", device, "cpu (default) or gpu (a stage 05 forward + a GPU backward)")
         ->check(CLI::IsMember({"cpu", "gpu"}));
     app.add_option("--bwd-kernel", bwd_kernel,
-                   "with --device gpu: gpu_v1, gpu_v2 or gpu_v2_det (default: gpu_v1 in fp32, gpu_v2 in fp16/bf16)")
+                   "with --device gpu: a GPU backward (gpu_v1, gpu_v2, gpu_v3, _det variants; default: fa06::default_backward_kernel: gpu_v1 in fp32, gpu_v3 at d = 128, else gpu_v2)")
         ->check(CLI::IsMember(fa06::backward_kernels()));
 #endif
   });

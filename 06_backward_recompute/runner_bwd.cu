@@ -11,12 +11,17 @@
 #include "device_buffer.hpp"
 #include "kernels/bwd_v1_smem.cuh"
 #include "kernels/bwd_v2_mma.cuh"
+#include "kernels/bwd_v3_split.cuh"
 #include "runner_bwd.hpp"
 
 namespace fa06 {
 namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// gpu_v3 and gpu_v3_det; the deterministic variants (dQ added in key-block order).
+bool is_v3(const std::string& k) { return k.rfind("gpu_v3", 0) == 0; }
+bool is_det(const std::string& k) { return k.size() > 4 && k.compare(k.size() - 4, 4, "_det") == 0; }
 
 // Shared memory above 48 KiB must be asked for, per kernel, and must fit this GPU (an A100 has
 // 163 KiB per block: gpu_v1 at d > ~200 does not fit there).
@@ -56,8 +61,13 @@ void with_shape(int64_t d, const BwdShape& sh, Go&& go) {
 }  // namespace
 
 const std::vector<std::string>& backward_kernels() {
-  static const std::vector<std::string> k = {"gpu_v1", "gpu_v2", "gpu_v2_det"};
+  static const std::vector<std::string> k = {"gpu_v1", "gpu_v2", "gpu_v2_det", "gpu_v3", "gpu_v3_det"};
   return k;
+}
+
+std::string default_backward_kernel(int64_t d, fa::DType dtype) {
+  if (dtype == fa::DType::fp32) return "gpu_v1";
+  return d == 128 ? "gpu_v3" : "gpu_v2";
 }
 
 std::vector<BwdShape> bwd_shapes(int64_t d) {
@@ -71,12 +81,13 @@ BwdShape default_bwd_shape(int64_t d) { return d == 64 ? BwdShape{128, 32} : Bwd
 BwdPlan backward_plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, BwdShape shape) {
   const auto& ks = backward_kernels();
   if (std::find(ks.begin(), ks.end(), kernel) == ks.end())
-    throw fa::InputError("--kernel", "gpu_v1, gpu_v2 or gpu_v2_det", "'" + kernel + "'");
+    throw fa::InputError("--kernel", "gpu_v1, gpu_v2, gpu_v2_det, gpu_v3 or gpu_v3_det", "'" + kernel + "'");
   fa::validate(p);
   if (p.d > 256) throw fa::InputError("--head-dim", "at most 256 for the GPU backward", std::to_string(p.d));
   const bool asked = shape.Bc != 0 || shape.keys_per_warp != 0;
-  if (asked && kernel == "gpu_v1")
-    throw fa::InputError("--block-k", "no block choice for gpu_v1", std::to_string(shape.Bc));
+  const bool v3 = is_v3(kernel), det = is_det(kernel);
+  if (asked && (kernel == "gpu_v1" || v3))
+    throw fa::InputError("--block-k", "no block choice for " + kernel, std::to_string(shape.Bc));
   BwdPlan pl;
   pl.runs = kernel;
   if (kernel != "gpu_v1" && (dtype == fa::DType::fp32 || bwd_shapes(p.d).empty())) {
@@ -95,6 +106,13 @@ BwdPlan backward_plan(const std::string& kernel, const fa::AttnProblem& p, fa::D
     pl.smem_dkdv = 4 * int64_t(L.pass1_floats());
     pl.smem_dq = 4 * int64_t(L.pass2_floats());
     pl.workspace_bytes = 4 * p.lse_elems();
+  } else if (v3) {
+    pl.Bc = bwd_v3::Bc;
+    pl.keys_per_warp = 32;
+    pl.Br = bwd_v2::Br;
+    pl.threads = bwd_v3::kThreads;
+    pl.blocks_dkdv = p.B * p.H_kv * ceil_div(p.N_k, pl.Bc);
+    pl.smem_dkdv = p.d == 64 ? bwd_v3::smem_bytes<64>() : bwd_v3::smem_bytes<128>();
   } else {
     BwdShape sh = default_bwd_shape(p.d);
     if (asked) {
@@ -115,9 +133,9 @@ BwdPlan backward_plan(const std::string& kernel, const fa::AttnProblem& p, fa::D
     pl.blocks_dkdv = p.B * p.H_kv * ceil_div(p.N_k, pl.Bc);
     pl.smem_dkdv = p.d == 64 ? (sh.Bc == 64 ? bwd_v2::smem_bytes<64, 64>() : bwd_v2::smem_bytes<64, 128>())
                              : (sh.Bc == 64 ? bwd_v2::smem_bytes<128, 64>() : bwd_v2::smem_bytes<128, 128>());
-    pl.workspace_bytes = 4 * p.lse_elems() + 4 * p.q_elems() +
-                         (kernel == "gpu_v2_det" ? 4 * p.B * p.H * ceil_div(p.N_q, bwd_v2::Br) : 0);
   }
+  if (pl.runs != "gpu_v1")  // D, dQ's float32 accumulator, the deterministic variants' turns
+    pl.workspace_bytes = 4 * p.lse_elems() + 4 * p.q_elems() + (det ? 4 * p.B * p.H * ceil_div(p.N_q, bwd_v2::Br) : 0);
   if (std::max({pl.blocks_dkdv, pl.blocks_dq, blocks_d}) > INT_MAX)
     throw fa::InputError("--batch/--heads/--seq-q", "at most 2^31 - 1 thread blocks",
                          std::to_string(std::max({pl.blocks_dkdv, pl.blocks_dq, blocks_d})));
@@ -143,31 +161,31 @@ void run_v1(const BwdPlan& pl, const fa::AttnProblem& p, const T* q, const T* k,
   FA_CUDA_CHECK(cudaGetLastError());
 }
 
-template <class T, int Dh, int W, int kM, bool kDet>
-void launch_v2(const BwdPlan& pl, const fa::AttnProblem& p, const T* q, const T* k, const T* v, const T* g,
-               const float* LSE, const float* D, float* dQacc, int* turn, T* dK, T* dV, cudaStream_t stream) {
-  auto* fn = bwd_v2::dk_dv_dq_kernel<T, Dh, W, kM, kDet>;
-  set_smem(fn, pl.smem_dkdv);
-  fn<<<unsigned(pl.blocks_dkdv), unsigned(pl.threads), size_t(pl.smem_dkdv), stream>>>(
-      q, k, v, g, LSE, D, dK, dV, dQacc, turn, p, p.resolved_scale(), ceil_div(p.N_k, pl.Bc));
-  FA_CUDA_CHECK(cudaGetLastError());
-}
-
+// gpu_v2 and gpu_v3 (and their deterministic variants): the main kernel, then dQ's conversion.
 template <class T>
-void run_v2(const BwdPlan& pl, bool det, const fa::AttnProblem& p, const T* q, const T* k, const T* v, const T* g,
-            const float* LSE, const float* D, T* dQ, T* dK, T* dV, cudaStream_t stream) {
-  // dQ's float32 accumulator (and the turns of the deterministic variant) start at zero.
+void run_tensor_cores(const BwdPlan& pl, bool v3, bool det, const fa::AttnProblem& p, const T* q, const T* k,
+                      const T* v, const T* g, const float* LSE, const float* D, T* dQ, T* dK, T* dV,
+                      cudaStream_t stream) {
+  // dQ's float32 accumulator (and the turns of the deterministic variants) start at zero.
   fa::DeviceBuffer<float> dQacc(p.q_elems(), fa::Mem::Extra, stream);
   FA_CUDA_CHECK(cudaMemsetAsync(dQacc.get(), 0, size_t(dQacc.bytes()), stream));
   fa::DeviceBuffer<int> turn(det ? p.B * p.H * ceil_div(p.N_q, bwd_v2::Br) : 0, fa::Mem::Extra, stream);
   if (det) FA_CUDA_CHECK(cudaMemsetAsync(turn.get(), 0, size_t(turn.bytes()), stream));
-  with_shape(p.d, {pl.Bc, pl.keys_per_warp}, [&](auto dh, auto w, auto km) {
-    constexpr int Dh = decltype(dh)::value, W = decltype(w)::value, kM = decltype(km)::value;
-    if (det)
-      launch_v2<T, Dh, W, kM, true>(pl, p, q, k, v, g, LSE, D, dQacc.get(), turn.get(), dK, dV, stream);
-    else
-      launch_v2<T, Dh, W, kM, false>(pl, p, q, k, v, g, LSE, D, dQacc.get(), turn.get(), dK, dV, stream);
-  });
+  auto launch = [&](auto* kernel_fn) {
+    set_smem(kernel_fn, pl.smem_dkdv);
+    kernel_fn<<<unsigned(pl.blocks_dkdv), unsigned(pl.threads), size_t(pl.smem_dkdv), stream>>>(
+        q, k, v, g, LSE, D, dK, dV, dQacc.get(), turn.get(), p, p.resolved_scale(), ceil_div(p.N_k, pl.Bc));
+    FA_CUDA_CHECK(cudaGetLastError());
+  };
+  if (v3) {
+    if (p.d == 64) det ? launch(bwd_v3::dk_dv_dq_kernel<T, 64, true>) : launch(bwd_v3::dk_dv_dq_kernel<T, 64, false>);
+    else det ? launch(bwd_v3::dk_dv_dq_kernel<T, 128, true>) : launch(bwd_v3::dk_dv_dq_kernel<T, 128, false>);
+  } else {
+    with_shape(p.d, {pl.Bc, pl.keys_per_warp}, [&](auto dh, auto w, auto km) {
+      constexpr int Dh = decltype(dh)::value, W = decltype(w)::value, kM = decltype(km)::value;
+      det ? launch(bwd_v2::dk_dv_dq_kernel<T, Dh, W, kM, true>) : launch(bwd_v2::dk_dv_dq_kernel<T, Dh, W, kM, false>);
+    });
+  }
   // dQ = scale dQacc in T.
   bwd_v2::dq_convert_kernel<T><<<unsigned(std::min<int64_t>(ceil_div(p.q_elems(), 256), 4096)), 256, 0, stream>>>(
       dQacc.get(), dQ, p.q_elems(), p.resolved_scale());
@@ -195,8 +213,8 @@ void backward(const std::string& kernel, const fa::AttnProblem& p, fa::DType dty
     if (pl.runs == "gpu_v1") {
       run_v1<T>(pl, p, q, k, v, g, LSE, D.get(), static_cast<T*>(dQ), static_cast<T*>(dK), static_cast<T*>(dV), stream);
     } else if constexpr (!std::is_same_v<T, float>) {
-      run_v2<T>(pl, pl.runs == "gpu_v2_det", p, q, k, v, g, LSE, D.get(), static_cast<T*>(dQ), static_cast<T*>(dK),
-                static_cast<T*>(dV), stream);
+      run_tensor_cores<T>(pl, is_v3(pl.runs), is_det(pl.runs), p, q, k, v, g, LSE, D.get(), static_cast<T*>(dQ),
+                          static_cast<T*>(dK), static_cast<T*>(dV), stream);
     }
   });
 }

@@ -13,6 +13,9 @@
 //   gpu_v2      kernels/bwd_v2_mma.cuh: FA2 Algorithm 2 on the tensor cores, fp16/bf16 at d = 64
 //               and 128 (else it falls back to gpu_v1); dQ by fp32 atomic additions
 //   gpu_v2_det  the same kernel with dQ added in key-block order: bit-identical run after run
+//   gpu_v3      kernels/bwd_v3_split.cuh: gpu_v2 with P^T and dS^T through shared memory, so the
+//               products before and after them split the work among warps differently
+//   gpu_v3_det  the same with dQ in key-block order
 #pragma once
 #include <cuda_runtime.h>
 
@@ -28,6 +31,9 @@ namespace fa06 {
 
 // The GPU backward kernels, in course order.
 const std::vector<std::string>& backward_kernels();
+// The fastest on the H200 for the head dim and dtype (bench_06_backward_gpu, 2026-11-30):
+// gpu_v1 in fp32, gpu_v3 at d = 128, else gpu_v2 (its 32-keys-a-warp shape at d = 64).
+std::string default_backward_kernel(int64_t d, fa::DType dtype);
 
 // gpu_v2's block shape: Bc keys per thread block, keys_per_warp of them per warp (16 or 32: one or
 // two mma row tiles), so Bc / keys_per_warp warps. 0 = the default for the head dim.

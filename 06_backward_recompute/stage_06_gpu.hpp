@@ -7,23 +7,25 @@
 #include "stage.hpp"
 #include "stage_05.hpp"
 
-// The BackwardFn of the GPU backward `kernel` (fa06::backward_kernels()) in `dtype`, gpu_v2 at
-// `shape` (default: the head dim's). A problem it cannot run is refused (fa06::backward_plan throws InputError) before anything touches the GPU.
-inline fa::BackwardFn stage_06_gpu_backward(const std::string& kernel = "gpu_v1", fa::DType t = fa::DType::fp32,
+// The BackwardFn of the GPU backward `asked` (fa06::backward_kernels(); "" = the default for the
+// problem's head dim) in `dtype`, gpu_v2 at `shape` (default: the head dim's). A problem it cannot run is refused (fa06::backward_plan throws InputError) before anything touches the GPU.
+inline fa::BackwardFn stage_06_gpu_backward(const std::string& asked = "gpu_v1", fa::DType t = fa::DType::fp32,
                                             fa06::BwdShape shape = {}) {
+  // "" = fa06::default_backward_kernel for the problem's head dim.
+  auto pick = [asked, t](const fa::AttnProblem& p) { return asked.empty() ? fa06::default_backward_kernel(p.d, t) : asked; };
   fa::BackwardFn on_gpu = fa::gpu_backward(
-      [kernel, shape](const fa::AttnProblem& p, fa::DType dt, const void* Q, const void* K, const void* V,
-                        const void* O, const void* dO, const float* LSE, void* dQ, void* dK, void* dV,
-                        cudaStream_t stream) {
-        fa06::backward(kernel, p, dt, Q, K, V, O, dO, LSE, dQ, dK, dV, stream, shape);
+      [pick, shape](const fa::AttnProblem& p, fa::DType dt, const void* Q, const void* K, const void* V,
+                      const void* O, const void* dO, const float* LSE, void* dQ, void* dK, void* dV,
+                      cudaStream_t stream) {
+        fa06::backward(pick(p), p, dt, Q, K, V, O, dO, LSE, dQ, dK, dV, stream, shape);
       },
       t,
-      [kernel, shape](const fa::AttnProblem& p, fa::DType dt) {
-        return fa06::backward_plan(kernel, p, dt, shape).workspace_bytes;
+      [pick, shape](const fa::AttnProblem& p, fa::DType dt) {
+        return fa06::backward_plan(pick(p), p, dt, shape).workspace_bytes;
       });
   return [=](const fa::AttnProblem& p, const float* Q, const float* K, const float* V, const float* O,
              const float* dO, const float* LSE, float* dQ, float* dK, float* dV) {
-    fa06::backward_plan(kernel, p, t, shape);
+    fa06::backward_plan(pick(p), p, t, shape);
     on_gpu(p, Q, K, V, O, dO, LSE, dQ, dK, dV);
   };
 }
@@ -32,11 +34,15 @@ inline fa::BackwardFn stage_06_gpu_backward(const std::string& kernel = "gpu_v1"
 // tensor-core version (v5) in fp16/bf16 (v1 at the head dims v5 does not run).
 inline fa::ForwardFn stage_06_gpu_forward(fa::DType t) { return stage_05_forward(t == fa::DType::fp32 ? "v1" : "v5", t); }
 
-// The whole stage on the GPU: forward by stage_06_gpu_forward, backward by `kernel`.
+// The whole stage on the GPU: forward by stage_06_gpu_forward, backward by `kernel` ("" = the
+// default for the head dim).
 inline fa::Stage stage_06_gpu(const std::string& kernel = "gpu_v1", fa::DType t = fa::DType::fp32) {
   fa::Stage s;
   s.name = "06_backward_recompute";
-  s.idea = "backward from O and LSE on the GPU (" + kernel + ", " + fa::dtype_name(t) +
+  const std::string label = !kernel.empty()            ? kernel
+                            : t == fa::DType::fp32 ? "gpu_v1"
+                                                   : "gpu_v3 at d = 128, else gpu_v2";
+  s.idea = "backward from O and LSE on the GPU (" + label + ", " + fa::dtype_name(t) +
            "): recompute P block by block, D = rowsum(dO*O)";
   s.forward = stage_06_gpu_forward(t);
   s.backward = stage_06_gpu_backward(kernel, t);

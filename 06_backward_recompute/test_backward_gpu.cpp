@@ -1,17 +1,19 @@
 // Stage 06's GPU tests (skipped, exit code 77, on a machine without a GPU):
-//   - the backward battery for gpu_v1 (fp32), fed by stage 05 v1's O and LSE, and for gpu_v2 and
-//     gpu_v2_det (fp16, bf16), fed by stage 05 v5's, against the float64 reference backward and
-//     stage 01's materialised backward (16-bit: plus what storing values in 16 bits causes)
+//   - the backward battery for gpu_v1 (fp32), fed by stage 05 v1's O and LSE, and for the
+//     tensor-core backwards gpu_v2, gpu_v3 and their _det variants (fp16, bf16), fed by stage 05
+//     v5's, against the float64 reference backward and stage 01's materialised backward (16-bit:
+//     plus what storing values in 16 bits causes)
 //   - ragged sizes around the blocks, N_q != N_k, causal (rows that see no key), GQA: gpu_v1 at
-//     d = 1 .. 256, gpu_v2 at d = 64 and 128 with both of its key blocks
-//   - bit-identical gradients run after run for gpu_v1 (no atomics) and gpu_v2_det (dQ added in
-//     key-block order)
-//   - the extra GPU memory: D for gpu_v1; D and dQ's float32 accumulator for gpu_v2
+//     d = 1 .. 256, gpu_v2 and gpu_v3 at d = 64 and 128 (gpu_v2 at each of its block shapes)
+//   - bit-identical gradients run after run for gpu_v1 (no atomics) and the _det variants (dQ
+//     added in key-block order)
+//   - the extra GPU memory: D for gpu_v1; D and dQ's float32 accumulator for the others
 // No timing here.
 #include <doctest/doctest.h>
 
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "conformance.hpp"
 #include "devstats.hpp"
@@ -72,44 +74,59 @@ TEST_CASE("06 gpu_v2: backward battery in fp16 and bf16, O and LSE from stage 05
   }
 }
 
-TEST_CASE("06 gpu_v2_det: backward battery in bf16") {
-  const fa::DType t = fa::DType::bf16;
-  fa::check_backward_battery(stage_06_gpu_backward("gpu_v2_det", t), false, stage_06_gpu_forward(t), v2_storage(t));
+TEST_CASE("06 gpu_v2_det, gpu_v3, gpu_v3_det: backward battery in bf16 (gpu_v3 also fp16)") {
+  for (const char* k : {"gpu_v2_det", "gpu_v3", "gpu_v3_det"})
+    for (fa::DType t : kHalfTypes) {
+      if (std::string(k) != "gpu_v3" && t == fa::DType::fp16) continue;
+      INFO(k << " " << std::string(fa::dtype_name(t)));
+      fa::check_backward_battery(stage_06_gpu_backward(k, t), false, stage_06_gpu_forward(t), v2_storage(t));
+    }
 }
 
 // The battery's cases are mostly at d = 32 (where gpu_v2 runs gpu_v1): the same at the head dims
 // it runs itself, with N around its 64-row query steps, at every compiled block shape.
-TEST_CASE("06 gpu_v2: ragged N_q != N_k, causal, GQA at d = 64 and 128, every block shape, fp16 and bf16") {
-  const int64_t sizes[][2] = {{1, 1},   {1, 200},  {17, 17},  {63, 63},   {64, 64},   {65, 65},  {127, 129},
-                              {129, 127}, {200, 63}, {63, 200}, {300, 1000}, {1000, 300}};
-  for (const char* k : {"gpu_v2", "gpu_v2_det"})
-    for (int64_t d : {64, 128})
-      for (const fa06::BwdShape& sh : fa06::bwd_shapes(d))
-        for (auto& nn : sizes)
+const int64_t kRaggedSizes[][2] = {{1, 1},     {1, 200},  {17, 17},  {63, 63},    {64, 64},    {65, 65},
+                                   {127, 129}, {129, 127}, {200, 63}, {63, 200}, {300, 1000}, {1000, 300}};
+
+// gpu_v2 or gpu_v3 (and its _det variant) at d = 64 and 128, at each of its block shapes.
+void check_ragged(const std::string& version) {
+  for (const std::string& k : {version, version + "_det"})
+    for (int64_t d : {64, 128}) {
+      std::vector<fa06::BwdShape> shapes = fa06::bwd_shapes(d);
+      if (version == "gpu_v3") shapes = {{}};  // one shape, no choice
+      for (const fa06::BwdShape& sh : shapes)
+        for (auto& nn : kRaggedSizes)
           for (bool causal : {false, true}) {
-            const fa::Case c{std::string(k) + " shape", fa::make_problem(2, 4, 2, nn[0], nn[1], d, causal),
-                             fa::Fill::HighDims};
+            const fa::Case c{k + " shape", fa::make_problem(2, 4, 2, nn[0], nn[1], d, causal), fa::Fill::HighDims};
             for (fa::DType t : kHalfTypes) {
-              if (std::string(k) == "gpu_v2_det" && t == fa::DType::fp16) continue;
+              if (k != version && t == fa::DType::fp16) continue;  // the _det variants: bf16
               INFO(k << " Bc " << sh.Bc << ", " << sh.keys_per_warp << " keys a warp, " << std::string(fa::dtype_name(t)));
               const fa06::BwdPlan pl = fa06::backward_plan(k, c.p, t, sh);
               CHECK(pl.runs == k);
-              CHECK(pl.Bc == sh.Bc);
+              if (sh.Bc) CHECK(pl.Bc == sh.Bc);
               fa::check_backward_case(stage_06_gpu_backward(k, t, sh), c, false, stage_06_gpu_forward(t), v2_storage(t));
             }
           }
+    }
 }
 
-TEST_CASE("06 gpu_v2_det: bit-identical gradients over 20 runs (dQ added in key-block order)") {
+TEST_CASE("06 gpu_v2: ragged N_q != N_k, causal, GQA at d = 64 and 128, every block shape, fp16 and bf16") {
+  check_ragged("gpu_v2");
+}
+
+TEST_CASE("06 gpu_v3: ragged N_q != N_k, causal, GQA at d = 64 and 128, fp16 and bf16") { check_ragged("gpu_v3"); }
+
+TEST_CASE("06 gpu_v2_det, gpu_v3_det: bit-identical gradients over 20 runs (dQ added in key-block order)") {
+  for (const char* k : {"gpu_v2_det", "gpu_v3_det"})
   for (const fa::AttnProblem& p :
        {fa::make_problem(2, 4, 1, 301, 257, 64, true), fa::make_problem(1, 4, 2, 700, 1333, 128, false)})
-    for (const fa06::BwdShape& sh : fa06::bwd_shapes(p.d)) {
-      INFO(p.describe() << " Bc " << sh.Bc << ", " << sh.keys_per_warp << " keys a warp");
+    for (const fa06::BwdShape& sh : std::string(k) == "gpu_v2_det" ? fa06::bwd_shapes(p.d) : std::vector<fa06::BwdShape>{{}}) {
+      INFO(k << " " << p.describe() << " Bc " << sh.Bc << ", " << sh.keys_per_warp << " keys a warp");
       const fa::DType t = fa::DType::bf16;
       fa::Inputs in = fa::random_inputs(p, 3);
       fa::add_grad_output(in, "", 4);
       const fa::ForwardRun fwd = fa::run_forward(stage_06_gpu_forward(t), in);
-      const fa::BackwardFn f = stage_06_gpu_backward("gpu_v2_det", t, sh);
+      const fa::BackwardFn f = stage_06_gpu_backward(k, t, sh);
       const fa::BackwardRun a = fa::run_backward(f, in, fwd);
       for (int rep = 1; rep < 20; ++rep) {
         const fa::BackwardRun b = fa::run_backward(f, in, fwd);
@@ -120,18 +137,19 @@ TEST_CASE("06 gpu_v2_det: bit-identical gradients over 20 runs (dQ added in key-
     }
 }
 
-TEST_CASE("06 gpu_v2: extra GPU memory is D and dQ's float32 accumulator (gpu_v2_det: + one int per query block)") {
+TEST_CASE("06 gpu_v2, gpu_v3: extra GPU memory is D and dQ's float32 accumulator (_det: + one int per query block)") {
   const fa::AttnProblem p = fa::make_problem(2, 4, 2, 300, 500, 128, true);
   const fa::DType t = fa::DType::bf16;
   fa::Inputs in = fa::random_inputs(p, 2);
   fa::add_grad_output(in, "", 4);
   const fa::ForwardRun fwd = fa::run_forward(stage_06_gpu_forward(t), in);
-  for (const char* k : {"gpu_v2", "gpu_v2_det"}) {
+  for (const char* name : {"gpu_v2", "gpu_v2_det", "gpu_v3", "gpu_v3_det"}) {
+    const std::string k = name;
     INFO(k);
     fa::ExtraDeviceMemory mem;
     fa::run_backward(stage_06_gpu_backward(k, t), in, fwd);
     CHECK(mem.peak_bytes() == fa06::backward_plan(k, p, t).workspace_bytes);
-    const int64_t turns = std::string(k) == "gpu_v2_det" ? 4 * 2 * 4 * ((300 + 63) / 64) : 0;
+    const int64_t turns = k.size() > 4 && k.substr(k.size() - 4) == "_det" ? 4 * 2 * 4 * ((300 + 63) / 64) : 0;
     CHECK(mem.peak_bytes() == 4 * p.lse_elems() + 4 * p.q_elems() + turns);
   }
 }

@@ -60,6 +60,36 @@ TEST_CASE("06 gpu plan: gpu_v2 takes 64 query rows a step, 64 or 128 keys a bloc
     }
 }
 
+TEST_CASE("06 gpu plan: gpu_v3 takes 128 keys a block, 8 warps, and P^T in shared memory besides dS^T") {
+  for (const char* k : {"gpu_v3", "gpu_v3_det"})
+    for (int64_t d : {64, 128}) {
+      INFO(k << " d = " << d);
+      const fa::AttnProblem p = fa::make_problem(2, 8, 2, 1000, 300, d, true);
+      const fa06::BwdPlan pl = fa06::backward_plan(k, p, fa::DType::fp16);
+      CHECK(pl.runs == k);
+      CHECK(pl.Br == 64);
+      CHECK(pl.Bc == 128);
+      CHECK(pl.threads == 256);
+      CHECK(pl.blocks_dkdv == 2 * 2 * 3);
+      CHECK(pl.smem_dkdv == (2 * 128 + 4 * 64) * (d + 8) * 2 + 2 * 128 * 72 * 2 + 4 * 64 * 4);
+      CHECK(pl.smem_dkdv <= 227 * 1024);
+      const int64_t turns = std::string(k) == "gpu_v3_det" ? 4 * 2 * 8 * ((1000 + 63) / 64) : 0;
+      CHECK(pl.workspace_bytes == 4 * 2 * 8 * 1000 + 4 * p.q_elems() + turns);
+      CHECK_THROWS_WITH_AS(fa06::backward_plan(k, p, fa::DType::fp16, {128, 32}), doctest::Contains("--block-k"),
+                           fa::InputError);
+    }
+  CHECK(fa06::backward_plan("gpu_v3", fa::make_problem(1, 2, 2, 100, 100, 32, false), fa::DType::bf16).runs == "gpu_v1");
+}
+
+TEST_CASE("06 gpu plan: the default backward per head dim and dtype (the benchmark's fastest)") {
+  CHECK(fa06::default_backward_kernel(64, fa::DType::fp32) == "gpu_v1");
+  CHECK(fa06::default_backward_kernel(128, fa::DType::fp32) == "gpu_v1");
+  CHECK(fa06::default_backward_kernel(64, fa::DType::bf16) == "gpu_v2");
+  CHECK(fa06::default_backward_kernel(128, fa::DType::bf16) == "gpu_v3");
+  CHECK(fa06::default_backward_kernel(128, fa::DType::fp16) == "gpu_v3");
+  CHECK(fa06::backward_plan("gpu_v2", fa::make_problem(1, 2, 2, 100, 100, 64, false), fa::DType::bf16).keys_per_warp == 32);
+}
+
 TEST_CASE("06 gpu plan: gpu_v2 falls back to gpu_v1 for fp32 and for d other than 64 and 128, and says so") {
   for (auto [d, t] : {std::pair<int64_t, fa::DType>{64, fa::DType::fp32}, {32, fa::DType::bf16}, {96, fa::DType::fp16}}) {
     const fa06::BwdPlan pl = fa06::backward_plan("gpu_v2", fa::make_problem(1, 2, 2, 100, 100, d, false), t);

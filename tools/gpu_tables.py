@@ -203,8 +203,9 @@ def bwd_table(src, sdpa_src, link):
     assert pathlib.PurePosixPath(src).parent == pathlib.PurePosixPath(sdpa_src).parent
     theirs = {(r["d"], r["causal"], r["N"], r["impl"]): r for r in sdpa["rows"] if r["impl"].startswith("sdpa_bwd")}
     cols = [("gpu_v1:fp32", "`gpu_v1` fp32"), ("gpu_v2:bf16", "`gpu_v2`"), ("gpu_v2_det:bf16", "`gpu_v2_det`"),
+            ("gpu_v3:bf16", "`gpu_v3`"), ("gpu_v3_det:bf16", "`gpu_v3_det`"),
             ("sdpa_bwd flash", "SDPA flash"), ("sdpa_bwd cudnn", "SDPA cuDNN"), ("sdpa_bwd efficient", "SDPA efficient")]
-    out = ["| d | causal | N | B x H | " + " | ".join(c[1] for c in cols) + " | `gpu_v2` / flash | det / `gpu_v2` |",
+    out = ["| d | causal | N | B x H | " + " | ".join(c[1] for c in cols) + " | best / flash | its det / it |",
            "|" + "---:|" * (4 + len(cols) + 2)]
     keys = sorted({k[:3] for k in ours})
     for d, causal, n in keys:
@@ -215,9 +216,15 @@ def bwd_table(src, sdpa_src, link):
             v = (r.get("TFLOP/s") or r.get("tflops")) if r else None
             tf[key] = v
             line += f" {v:.1f} |" if v else " - |"
-        v2, fl, det = tf["gpu_v2:bf16"], tf["sdpa_bwd flash"], tf["gpu_v2_det:bf16"]
-        line += f" {v2 / fl:.2f} |" if v2 and fl else " - |"
-        line += f" {det / v2:.2f} |" if v2 and det else " - |"
+        # The faster of gpu_v2 and gpu_v3 against flash, and its deterministic variant against it.
+        best = max((k for k in ("gpu_v2:bf16", "gpu_v3:bf16") if tf.get(k)), key=lambda k: tf[k], default=None)
+        fl = tf["sdpa_bwd flash"]
+        if best and fl:
+            line += f" {tf[best] / fl:.2f} ({best.split(':')[0][4:]}) |"
+        else:
+            line += " - |"
+        det = tf.get(best.replace(":", "_det:")) if best else None
+        line += f" {det / tf[best]:.2f} |" if det else " - |"
         out.append(line)
     ctx = data["context"]
     out.append("")

@@ -6,8 +6,8 @@
 //   v1 (bwd_v1_smem.cuh)                          v2 (this file)
 //   two passes: dK, dV per key block, then dQ     one pass (Alg. 2): a thread block per key
 //   per query block (S, dP computed twice)        block, dQ_i added into an fp32 buffer in HBM
-//   fp32 products, one thread per element         mma.sync m16n8k16; warp w owns 16 keys of the
-//                                                 block: its rows of S^T, dP^T, dK_j, dV_j
+//   fp32 products, one thread per element         mma.sync m16n8k16; warp w owns 16 kM keys of
+//                                                 the block: its rows of S^T, dP^T, dK_j, dV_j
 //   tiles loaded, then computed                   Q_i, dO_i of step s+1 copied (cp.async)
 //                                                 while step s computes
 //   expf(S - LSE)                                 ex2(S c - LSE log2 e), c = scale log2 e
@@ -15,21 +15,26 @@
 //                                                 varies) or, in the deterministic variant, in
 //                                                 key-block order (bit-identical, slower)
 //
-// Per step (one query block i of Br = 64 rows, one query head), warp w computes, for its 16 keys:
-//   S^T  = K_j Q_i^T          (16 x 64; line 10 transposed, so that a warp owns key rows)
+// Per step (one query block i of Br = 64 rows, one query head), warp w computes, for its keys:
+//   S^T  = K_j Q_i^T          (16 kM x 64; line 10 transposed, so that a warp owns key rows)
 //   P^T  = exp(S^T - LSE_i)   (line 11; LSE indexes the columns now)
 //   dP^T = V_j dO_i^T         (line 13)
 //   dS^T = P^T * (dP^T - D_i) (line 14)
 //   dV_j += P^T dO_i, dK_j += dS^T Q_i   (lines 12, 16: A operands straight from registers,
 //                                         the C fragments of P^T / dS^T packed to 16 bits)
 // and the block together: dQ_i += dS K_j (line 15), which sums over all the block's keys, so over
-// all warps: dS^T goes through shared memory once, and each warp then owns 16 query rows (and a
+// all warps: dS^T goes through shared memory once, and each warp then owns 32 query rows (and a
 // share of the head dims) of the 64 x d product.
+//
+// kM, the mma row tiles of keys a warp owns, is 1 or 2: with 2, every B fragment loaded from
+// shared memory (Q_i, dO_i) serves two products instead of one, which matters because the loads,
+// not the tensor cores, bound this kernel (ncu: the shared-memory pipe is the busiest). The price
+// is registers: dK_j and dV_j take 4 kM D / 8 of them a lane, so kM = 2 only at D = 64.
 //
 // Layout as in v1 (common/problem.hpp). dQacc: [B,H,N_q,d] float32, zeroed before the launch;
 // dq_convert_kernel turns it into dQ = scale dQacc in T. Supports T = __half or __nv_bfloat16,
-// D = 64 or 128, W = 4 or 8 warps (Bc = 16 W keys per block); the runner falls back to v1 for
-// the rest.
+// D = 64 or 128, W warps of kM row tiles (Bc = 16 kM W keys per block: the shapes of
+// fa06::bwd_shapes); the runner falls back to v1 for the rest.
 #pragma once
 #include <cstdint>
 
@@ -41,7 +46,7 @@ namespace fa06::bwd_v2 {
 
 namespace ptx = fa05::ptx;
 
-constexpr int Br = 64;  // query rows per step: 4 mma row tiles in the dQ product
+constexpr int Br = 64;  // query rows per step
 
 // Tiles of T with 8 elements of padding per row, as stage 05's v2 ... v4 (the 8 rows one ldmatrix
 // reads fall in 8 different bank groups): K_j, V_j (Bc rows), Q_i and dO_i (Br rows, twice: the

@@ -1,0 +1,259 @@
+// Stage 06 on the GPU, v3: gpu_v2 with P^T and dS^T passed through shared memory, so that the
+// products before it (S^T, dP^T) and after it (dV_j, dK_j) can split the work among the warps in
+// two different ways. Read it beside bwd_v2_mma.cuh: the loads, the mask, the softmax and the dQ
+// step are v2's; what changes is who owns what.
+//
+// Why: ncu on v2 (d = 128) shows the shared-memory pipe at 79% and the tensor pipe at 35%: the
+// kernel waits on ldmatrix, not on the matrix units. A warp that owns 16 keys reloads all of Q_i
+// and dO_i for every 16 x 8 product it makes; owning 32 keys (two mma row tiles) would halve
+// those loads, as v2's 32-keys-a-warp shape does at d = 64. At d = 128 it cannot: dK_j and dV_j
+// of 32 keys x 128 dims are 256 registers a lane. The way out is to stop tying the two halves of
+// the step to one tiling:
+//
+//   v2: warp w owns keys [16 kM w, +16 kM) for everything    v3 (8 warps, Bc = 128 keys)
+//   S^T, dP^T: 16 kM keys x all 64 queries                  32 keys x 32 queries (a 4 x 2 grid)
+//   P^T, dS^T: stay in registers, packed into A operands    written to shared memory (16 bits)
+//   dV_j, dK_j: 16 kM keys x all D dims (64 kM D / 32 regs)  32 keys x D/2 dims (a 4 x 2 grid):
+//                                                            128 registers at D = 128
+// Every A fragment (K_j, V_j, then P^T, dS^T) and every B fragment (Q_i, dO_i) a warp loads now
+// serves two mma tiles: per 16 x 8 x 16 product, S^T and dP^T load 0.25 fragments (v2 at d = 128:
+// 0.75), dV_j and dK_j 0.375 (v2: 0.5). The price: P^T is stored in shared memory and read back
+// (dS^T was already, for dQ), and one more barrier per step.
+//
+// Layout, dQacc and supported types as v2 (D = 64 or 128); always 8 warps and Bc = 128.
+#pragma once
+#include <cstdint>
+
+#include "bwd_v2_mma.cuh"
+
+namespace fa06::bwd_v3 {
+
+namespace ptx = fa05::ptx;
+using bwd_v2::Br;
+using bwd_v2::kPitch;
+using bwd_v2::kPitchS;
+
+constexpr int kWarps = 8, kThreads = 32 * kWarps, Bc = 128;
+
+// v2's tiles plus P^T (Bc x Br, pitch Br + 8): 173 KiB at D = 128.
+template <int D>
+constexpr int smem_bytes() {
+  return bwd_v2::smem_bytes<D, Bc>() + Bc * kPitchS * 2;
+}
+
+template <class T, int D, bool kDeterministic>
+__global__ void __launch_bounds__(kThreads, 1)
+dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
+                const T* __restrict__ dO, const float* __restrict__ LSE, const float* __restrict__ Dv,
+                T* __restrict__ dK, T* __restrict__ dV, float* __restrict__ dQacc, int* __restrict__ dq_turn,
+                const fa::AttnProblem p, const float scale, const int64_t Tc) {
+  constexpr int P = kPitch<D>, PS = kPitchS;
+  extern __shared__ __align__(16) unsigned char sram[];
+  T* Kj = reinterpret_cast<T*>(sram);                   // (Bc, P)
+  T* Vj = Kj + Bc * P;                                  // (Bc, P)
+  T* Qs = Vj + Bc * P;                                  // (2, Br, P): Q_i of step s in buffer s % 2
+  T* dOs = Qs + 2 * Br * P;                             // (2, Br, P)
+  T* dSt = dOs + 2 * Br * P;                            // (Bc, PS): dS^T of the step
+  float* Ls = reinterpret_cast<float*>(dSt + Bc * PS);  // (2, Br): LSE_i
+  float* Ds = Ls + 2 * Br;                              // (2, Br): D_i
+  T* Pt = reinterpret_cast<T*>(Ds + 2 * Br);            // (Bc, PS): P^T of the step
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t4 = lane % 4;        // fragment coordinates (ptx.cuh)
+  const int kr0 = warp % 4 * 32;                // this warp's 32 keys, in both tilings
+  const int qa0 = warp / 4 * 32;                // its 32 queries in S^T, dP^T
+  const int db0 = warp / 4 * (D / 2);           // its D/2 dims in dV_j, dK_j
+  const float c = scale * 1.4426950408889634f;  // scale log2(e): exp(scale x) = 2^(c x)
+
+  // The task, the steps and their loads: as v2.
+  const int64_t t = blockIdx.x, G = p.H / p.H_kv, shift = p.N_k - p.N_q;
+  const int64_t b = t / (p.H_kv * Tc), hk = t / Tc % p.H_kv, j = t % Tc, c0 = j * Bc;
+  const int bc = int(min(int64_t(Bc), p.N_k - c0));
+  const int64_t Tr = (p.N_q + Br - 1) / Br;
+  const int64_t i_first = p.causal ? max(int64_t(0), c0 - shift) / Br : 0;
+  const int64_t blocks_per_head = max(int64_t(0), Tr - i_first), steps = G * blocks_per_head;
+  auto step_head = [&](int64_t s) { return hk * G + s / blocks_per_head; };
+  auto step_row0 = [&](int64_t s) { return (i_first + s % blocks_per_head) * Br; };
+  auto load_step = [&](int64_t s) {
+    const int64_t h = step_head(s), r0 = step_row0(s);
+    const int br = int(min(int64_t(Br), p.N_q - r0)), buf = int(s % 2);
+    bwd_v2::copy_rows_async<D, Br, kThreads>(Qs + buf * Br * P, Q + p.q_offset(b, h, r0), br);
+    bwd_v2::copy_rows_async<D, Br, kThreads>(dOs + buf * Br * P, dO + p.q_offset(b, h, r0), br);
+    for (int r = threadIdx.x; r < Br; r += kThreads) {
+      const int64_t at = p.lse_offset(b, h, r0 + min(r, br - 1));
+      ptx::cp_async_4(Ls + buf * Br + r, LSE + at, r < br);
+      ptx::cp_async_4(Ds + buf * Br + r, Dv + at, r < br);
+    }
+  };
+
+  bwd_v2::copy_rows_async<D, Bc, kThreads>(Kj, K + p.kv_offset(b, hk * G, c0), bc);
+  bwd_v2::copy_rows_async<D, Bc, kThreads>(Vj, V + p.kv_offset(b, hk * G, c0), bc);
+  if (steps > 0) load_step(0);
+  ptx::cp_async_commit();
+  // dK_j, dV_j (line 7) in the second tiling: row tile m holds keys kr0 + 16m + g (+ 8), dk[m][n]
+  // the fragment of dims db0 + 8n .. +7.
+  float dk[2][D / 16][4] = {}, dv[2][D / 16][4] = {};
+
+  for (int64_t s = 0; s < steps; ++s) {  // line 8
+    ptx::cp_async_wait<0>();
+    __syncthreads();  // step s's tiles are in; everyone is done with step s-1's (and P^T, dS^T)
+    if (s + 1 < steps) load_step(s + 1);
+    ptx::cp_async_commit();
+    const int64_t h = step_head(s), r0 = step_row0(s);
+    const int br = int(min(int64_t(Br), p.N_q - r0));
+    const T* Qi = Qs + (s % 2) * Br * P;
+    const T* dOi = dOs + (s % 2) * Br * P;
+    const float* Li = Ls + (s % 2) * Br;
+    const float* Di = Ds + (s % 2) * Br;
+
+    {  // First tiling: S^T and dP^T (lines 10, 13) for keys kr0 .. +31 x queries qa0 .. +31.
+      float st[2][4][4] = {}, dpt[2][4][4] = {};
+      for (int k = 0; k < D / 16; ++k) {
+        uint32_t kf[2][4], vf[2][4];  // lane -> key kr0 + 16m + lane % 8 + 8 ((lane / 8) % 2), dims 16k + 8 (lane / 16)
+        for (int m = 0; m < 2; ++m) {
+          const int a_at = (kr0 + m * 16 + lane % 8 + (lane / 8 % 2) * 8) * P + k * 16 + lane / 16 * 8;
+          ptx::ldmatrix_x4(kf[m], Kj + a_at);
+          ptx::ldmatrix_x4(vf[m], Vj + a_at);
+        }
+        for (int n = 0; n < 4; n += 2) {
+          uint32_t qf[4], of[4];  // lane -> query qa0 + 8n + 8 (lane / 16) + lane % 8, dims 16k + 8 ((lane / 8) % 2)
+          const int b_at = (qa0 + n * 8 + lane / 16 * 8 + lane % 8) * P + k * 16 + (lane / 8 % 2) * 8;
+          ptx::ldmatrix_x4(qf, Qi + b_at);
+          ptx::ldmatrix_x4(of, dOi + b_at);
+          for (int m = 0; m < 2; ++m) {
+            ptx::mma_m16n8k16<T>(st[m][n], kf[m], qf[0], qf[1]);
+            ptx::mma_m16n8k16<T>(st[m][n + 1], kf[m], qf[2], qf[3]);
+            ptx::mma_m16n8k16<T>(dpt[m][n], vf[m], of[0], of[1]);
+            ptx::mma_m16n8k16<T>(dpt[m][n + 1], vf[m], of[2], of[3]);
+          }
+        }
+      }
+      // Mask, P^T = exp(S^T - LSE_i), dS^T = P^T (dP^T - D_i) (lines 11, 14): as v2.
+      const bool mask = c0 + Bc > p.N_k || r0 + Br > p.N_q || (p.causal && c0 + Bc - 1 > r0 + shift);
+      if (mask) {
+        const int64_t lim64 = r0 + shift - c0;
+        const int lim = p.causal ? int(max(int64_t(-Br - Bc), min(int64_t(Bc), lim64))) : Bc;
+        for (int m = 0; m < 2; ++m)
+          for (int n = 0; n < 4; ++n)
+            for (int e = 0; e < 4; ++e) {
+              const int kr = kr0 + m * 16 + g + e / 2 * 8, qc = qa0 + n * 8 + 2 * t4 + e % 2;
+              if (kr >= bc || qc >= br || kr - qc > lim) st[m][n][e] = -INFINITY;
+            }
+      }
+      for (int n = 0; n < 4; ++n) {
+        const float2 lse = *reinterpret_cast<const float2*>(Li + qa0 + n * 8 + 2 * t4);
+        const float2 dd = *reinterpret_cast<const float2*>(Di + qa0 + n * 8 + 2 * t4);
+        const float l2[2] = {lse.x == -INFINITY ? INFINITY : lse.x * 1.4426950408889634f,
+                             lse.y == -INFINITY ? INFINITY : lse.y * 1.4426950408889634f};
+        for (int m = 0; m < 2; ++m)
+          for (int e = 0; e < 4; ++e) {
+            st[m][n][e] = ptx::ex2(fmaf(st[m][n][e], c, -l2[e % 2]));
+            dpt[m][n][e] = st[m][n][e] * (dpt[m][n][e] - (e % 2 ? dd.y : dd.x));
+          }
+      }
+      // P^T and dS^T to shared memory in 16 bits (row = key; the pitch Br + 8 puts the 32 lanes
+      // of each 4-byte store in 32 different banks).
+      for (int m = 0; m < 2; ++m)
+        for (int n = 0; n < 4; ++n)
+          for (int r = 0; r < 2; ++r) {
+            const int at = (kr0 + m * 16 + g + r * 8) * PS + qa0 + n * 8 + 2 * t4;
+            *reinterpret_cast<uint32_t*>(Pt + at) = ptx::pack2<T>(st[m][n][2 * r], st[m][n][2 * r + 1]);
+            *reinterpret_cast<uint32_t*>(dSt + at) = ptx::pack2<T>(dpt[m][n][2 * r], dpt[m][n][2 * r + 1]);
+          }
+    }
+    __syncthreads();  // all of P^T and dS^T are in shared memory
+
+    // Second tiling: dV_j += P^T dO_i (line 12), dK_j += dS^T Q_i (line 16) for keys kr0 .. +31
+    // x dims db0 .. +D/2-1, summed over the 64 queries. A = P^T, dS^T (row-major [key][query]) by
+    // a plain ldmatrix, as K_j in the first tiling; B = dO_i, Q_i transposed, as in v2.
+    for (int k = 0; k < Br / 16; ++k) {
+      uint32_t pa[2][4], sa[2][4];  // lane -> key kr0 + 16m + lane % 8 + 8 ((lane / 8) % 2), queries 16k + 8 (lane / 16)
+      for (int m = 0; m < 2; ++m) {
+        const int a_at = (kr0 + m * 16 + lane % 8 + (lane / 8 % 2) * 8) * PS + k * 16 + lane / 16 * 8;
+        ptx::ldmatrix_x4(pa[m], Pt + a_at);
+        ptx::ldmatrix_x4(sa[m], dSt + a_at);
+      }
+      for (int n = 0; n < D / 16; n += 2) {
+        uint32_t of[4], qf[4];  // lane -> query 16k + 8 ((lane / 8) % 2) + lane % 8, dims db0 + 8n + 8 (lane / 16)
+        const int b_at = (k * 16 + (lane / 8 % 2) * 8 + lane % 8) * P + db0 + n * 8 + lane / 16 * 8;
+        ptx::ldmatrix_x4_trans(of, dOi + b_at);
+        ptx::ldmatrix_x4_trans(qf, Qi + b_at);
+        for (int m = 0; m < 2; ++m) {
+          ptx::mma_m16n8k16<T>(dv[m][n], pa[m], of[0], of[1]);
+          ptx::mma_m16n8k16<T>(dv[m][n + 1], pa[m], of[2], of[3]);
+          ptx::mma_m16n8k16<T>(dk[m][n], sa[m], qf[0], qf[1]);
+          ptx::mma_m16n8k16<T>(dk[m][n + 1], sa[m], qf[2], qf[3]);
+        }
+      }
+    }
+
+    // dQ_i += dS K_j (line 15): v2's step, unchanged (it only reads dS^T and K_j, so it needs no
+    // barrier after the second tiling).
+    constexpr int kDims = D / (kWarps / 2), kC = kDims < 32 ? kDims : 32;
+    const int q_w = warp % 2 * 32, d0 = warp / 2 * kDims;
+    if constexpr (kDeterministic) {  // v2's turn: key blocks add to dQ_i in the order j = 0, 1, ...
+      if (threadIdx.x == 0)
+        while (bwd_v2::load_acquire(dq_turn + (b * p.H + h) * Tr + r0 / Br) != j) {
+        }
+      __syncthreads();
+    }
+    for (int dc = d0; dc < d0 + kDims; dc += kC) {
+      float dq[2][kC / 8][4] = {};
+      for (int k = 0; k < Bc / 16; ++k) {
+        uint32_t sf[2][4];
+        for (int mm = 0; mm < 2; ++mm)
+          ptx::ldmatrix_x4_trans(sf[mm], dSt + (k * 16 + lane / 16 * 8 + lane % 8) * PS + q_w + mm * 16 +
+                                             (lane / 8 % 2) * 8);
+        for (int n = 0; n < kC / 8; n += 2) {
+          uint32_t kf[4];
+          ptx::ldmatrix_x4_trans(kf, Kj + (k * 16 + (lane / 8 % 2) * 8 + lane % 8) * P + dc + n * 8 + lane / 16 * 8);
+          for (int mm = 0; mm < 2; ++mm) {
+            ptx::mma_m16n8k16<T>(dq[mm][n], sf[mm], kf[0], kf[1]);
+            ptx::mma_m16n8k16<T>(dq[mm][n + 1], sf[mm], kf[2], kf[3]);
+          }
+        }
+      }
+      for (int mm = 0; mm < 2; ++mm)
+        for (int r = 0; r < 2; ++r) {
+          const int q = q_w + mm * 16 + g + r * 8;
+          if (q >= br) continue;
+          float* out = dQacc + p.q_offset(b, h, r0 + q) + dc + 2 * t4;
+          for (int n = 0; n < kC / 8; ++n) {
+            const float2 add = make_float2(dq[mm][n][2 * r], dq[mm][n][2 * r + 1]);
+            float2* at = reinterpret_cast<float2*>(out + n * 8);
+            if constexpr (kDeterministic) {
+              float2 v = __ldcg(at);
+              v.x += add.x, v.y += add.y;
+              __stcg(at, v);
+            } else {
+#if __CUDA_ARCH__ >= 900
+              atomicAdd(at, add);
+#else
+              atomicAdd(&at->x, add.x), atomicAdd(&at->y, add.y);
+#endif
+            }
+          }
+        }
+    }
+    if constexpr (kDeterministic) {
+      __threadfence();
+      __syncthreads();
+      if (threadIdx.x == 0) bwd_v2::store_release(dq_turn + (b * p.H + h) * Tr + r0 / Br, int(j + 1));
+    }
+  }
+
+  // dK_j = scale dK_j, dV_j to HBM, once (line 18), from the second tiling.
+  for (int m = 0; m < 2; ++m)
+    for (int r = 0; r < 2; ++r) {
+      const int key = kr0 + m * 16 + g + r * 8;
+      if (key >= bc) continue;
+      T* dk_out = dK + p.kv_offset(b, hk * G, c0 + key) + db0 + 2 * t4;
+      T* dv_out = dV + p.kv_offset(b, hk * G, c0 + key) + db0 + 2 * t4;
+      for (int n = 0; n < D / 16; ++n) {
+        *reinterpret_cast<uint32_t*>(dk_out + n * 8) =
+            ptx::pack2<T>(scale * dk[m][n][2 * r], scale * dk[m][n][2 * r + 1]);
+        *reinterpret_cast<uint32_t*>(dv_out + n * 8) = ptx::pack2<T>(dv[m][n][2 * r], dv[m][n][2 * r + 1]);
+      }
+    }
+}
+
+}  // namespace fa06::bwd_v3
