@@ -149,13 +149,15 @@ if has ncu; then
 fi
 
 if has bench; then
-  NOTE="BM_" step bench 560 $BIN/bench_05_cuda_tiled --benchmark_out="$LOG/bench_05_cuda_tiled.json" \
+  # A filtered run writes *.filtered.json, which scripts/gpu_results.sh does not take as the results.
+  NOTE="BM_" step bench 560 $BIN/bench_05_cuda_tiled \
+    --benchmark_out="$LOG/bench_05_cuda_tiled${BENCH_FILTER:+.filtered}.json" \
     --benchmark_out_format=json ${BENCH_FILTER:+--benchmark_filter="$BENCH_FILTER"}
 fi
 
 if has bench_bwd; then
   NOTE="BM_" step bench_bwd 560 $BUILD/06_backward_recompute/bench_06_backward_gpu \
-    --benchmark_out="$LOG/bench_06_backward_gpu.json" --benchmark_out_format=json \
+    --benchmark_out="$LOG/bench_06_backward_gpu${BENCH_BWD_FILTER:+.filtered}.json" --benchmark_out_format=json \
     ${BENCH_BWD_FILTER:+--benchmark_filter="$BENCH_BWD_FILTER"}
 fi
 

@@ -58,11 +58,11 @@ if fwd:
 if bwd:
     json.dump(dict(data, rows=bwd), open("docs/results/compare_torch_bwd.json", "w"), indent=1)
 PY
-  for f in sass_summary.txt ptxas.txt ncu_v1.log ncu_v2.log ncu_v4.log ncu_v5.log ncu_v5_d128.log ncu_v6_d128.log ncu_cublas.log \
-           ncu_bwd_gpu_v2_d128.log sass06_summary.txt res_usage_06.txt compare_torch.log tour.log tour_bf16.log env.log bench.log bench_bwd.log; do
+  for f in sass_summary.txt ptxas.txt sass06_summary.txt res_usage_06.txt compare_torch.log tour.log tour_bf16.log \
+           env.log bench.log bench_bwd.log; do
     [ -f "$LOG/$f" ] && cp "$LOG/$f" "$R/$f"
   done
-  for f in "$LOG"/bwd_*.log; do [ -f "$f" ] && cp "$f" "$R/"; done
+  for f in "$LOG"/bwd_*.log "$LOG"/ncu_*.log; do [ -f "$f" ] && cp "$f" "$R/"; done
   # ctest of each run, numbered like the summaries (runs may test different parts).
   [ -f "$LOG/ctest.log" ] && cp "$LOG/ctest.log" "$R/ctest_run$n.log"
 done
