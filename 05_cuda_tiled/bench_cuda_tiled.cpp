@@ -28,7 +28,7 @@
 #include <string>
 #include <vector>
 
-#include "bench_inputs.hpp"
+#include "bench_gpu.hpp"
 #include "check.hpp"
 #include "device_buffer.hpp"
 #include "devstats.hpp"
@@ -99,26 +99,7 @@ void time_forward(benchmark::State& state, const std::string& kernel, fa::DType 
   auto launch = [&](int s) {
     fa05::forward(kernel, p, t, Q[size_t(s)], K[size_t(s)], V[size_t(s)], O.get(), LSE.get(), cfg, nullptr);
   };
-  int64_t extra = 0;
-  {
-    fa::ExtraDeviceMemory mem;  // the warm-up launch also measures the workspace
-    launch(0);
-    FA_CUDA_CHECK(cudaDeviceSynchronize());
-    extra = mem.peak_bytes();
-  }
-  int s = 0;
-  for (auto _ : state) {
-    fa::EventTimer timer;
-    launch(s);
-    state.SetIterationTime(timer.stop() * 1e-3);
-    s = (s + 1) % sets;
-  }
-  FA_CUDA_CHECK(cudaGetLastError());
-  const double tf = p.forward_flops() * 1e-12;
-  state.counters["TFLOP/s"] = benchmark::Counter(tf, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["pct_peak"] = benchmark::Counter(tf / peak_tflops(t) * 100, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["gpu_extra_bytes"] = double(extra);
-  state.counters["input_sets"] = sets;
+  fa::bench::time_launches(state, sets, p.forward_flops(), t, launch);
   const fa05::Plan pl = fa05::plan(kernel, p, t, cfg);
   state.counters["Br"] = double(pl.Br);
   state.counters["Bc"] = double(pl.Bc);

@@ -1,5 +1,5 @@
 // Stage 06's GPU benchmark (Google Benchmark, manual time from CUDA events) on the FlashAttention
-// papers' grid (B*N = 16384 tokens, H = 2048/d heads, common/cuda/bench_inputs.hpp), the
+// papers' grid (B*N = 16384 tokens, H = 2048/d heads, common/cuda/bench_gpu.hpp), the
 // backward only: D, the kernels of the plan and their workspace (dQ's accumulator zeroed, dQ
 // converted), i.e. everything fa06::backward() launches.
 //
@@ -21,11 +21,9 @@
 #include <string>
 #include <vector>
 
-#include "bench_inputs.hpp"
+#include "bench_gpu.hpp"
 #include "check.hpp"
 #include "device_buffer.hpp"
-#include "devstats.hpp"
-#include "event_timer.hpp"
 #include "gpu.hpp"
 #include "runner_bwd.hpp"
 
@@ -57,27 +55,7 @@ void time_backward(benchmark::State& state, const std::string& kernel, fa::DType
     fa06::backward(kernel, p, t, Q[i], K[i], V[i], O[i], dO[i], LSE.get(), dQ.get(), dK.get(), dV.get(), nullptr,
                    shape);
   };
-  int64_t extra = 0;
-  {
-    fa::ExtraDeviceMemory mem;  // the warm-up launch also measures the workspace
-    launch(0);
-    FA_CUDA_CHECK(cudaDeviceSynchronize());
-    extra = mem.peak_bytes();
-  }
-  int s = 0;
-  for (auto _ : state) {
-    fa::EventTimer timer;
-    launch(s);
-    state.SetIterationTime(timer.stop() * 1e-3);
-    s = (s + 1) % sets;
-  }
-  FA_CUDA_CHECK(cudaGetLastError());
-  const double tf = p.backward_flops() * 1e-12;
-  state.counters["TFLOP/s"] = benchmark::Counter(tf, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["pct_peak"] =
-      benchmark::Counter(tf / fa::bench::peak_tflops(t) * 100, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["gpu_extra_bytes"] = double(extra);
-  state.counters["input_sets"] = sets;
+  fa::bench::time_launches(state, sets, p.backward_flops(), t, launch);
   const fa06::BwdPlan pl = fa06::backward_plan(kernel, p, t, shape);
   state.counters["Br"] = double(pl.Br);
   state.counters["Bc"] = double(pl.Bc);

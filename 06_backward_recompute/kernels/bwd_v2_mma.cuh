@@ -81,6 +81,74 @@ __device__ __forceinline__ void store_release(int* x, int v) {
   asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(x), "r"(v) : "memory");
 }
 
+// dQ_i += dS K_j (FA2 Alg. 2 line 15) for one step of one thread block: 64 query rows x D, summed
+// over the block's Bc keys, added to dQacc. dS^T (Bc x Br, pitch kPitchS) and K_j (Bc x D, pitch
+// kPitch) are in shared memory; all W warps call it (v2 and v3 alike). The warps tile the
+// product 2 x (W / 2): warp w takes query rows 32 (w % 2) .. +31 (two mma row tiles, so each K_j
+// fragment loaded serves both) and kDims = D / (W / 2) head dims, in chunks of up to 32. A = dS
+// (query x key) is dS^T read by a transposing ldmatrix; B = K_j with the key as k, transposing as
+// V_j in the forward. br: the step's valid query rows; (b, h, r0): its head and first row.
+template <class T, int D, int W, int Bc, bool kDeterministic>
+__device__ __forceinline__ void add_dq(const T* dSt, const T* Kj, float* dQacc, int* dq_turn, const fa::AttnProblem& p,
+                                       int64_t b, int64_t h, int64_t r0, int br, int64_t Tr, int64_t j) {
+  constexpr int kDims = D / (W / 2), kC = kDims < 32 ? kDims : 32, P = kPitch<D>, PS = kPitchS;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
+  const int q_w = warp % 2 * 32, d0 = warp / 2 * kDims;
+  int* turn = dq_turn + (b * p.H + h) * Tr + r0 / Br;
+  if constexpr (kDeterministic) {
+    // Wait until key blocks 0 .. j-1 have added their share of dQ_i: the additions happen in the
+    // order j = 0, 1, ..., the same every run. Each block only waits for blocks with a smaller
+    // index, which the GPU has started before it (it dispatches blocks in index order: the
+    // assumption FlashAttention-2's deterministic backward makes too), so it cannot hang.
+    if (threadIdx.x == 0)
+      while (load_acquire(turn) != j) {
+      }
+    __syncthreads();
+  }
+  for (int dc = d0; dc < d0 + kDims; dc += kC) {
+    float dq[2][kC / 8][4] = {};
+    for (int k = 0; k < Bc / 16; ++k) {
+      uint32_t sf[2][4];  // lane -> key 16k + 8 (lane / 16) + lane % 8, queries q_w + 16mm + 8 ((lane / 8) % 2)
+      for (int mm = 0; mm < 2; ++mm)
+        ptx::ldmatrix_x4_trans(sf[mm], dSt + (k * 16 + lane / 16 * 8 + lane % 8) * PS + q_w + mm * 16 + (lane / 8 % 2) * 8);
+      for (int n = 0; n < kC / 8; n += 2) {
+        uint32_t kf[4];  // lane -> key 16k + 8 ((lane / 8) % 2) + lane % 8, dims dc + 8n + 8 (lane / 16)
+        ptx::ldmatrix_x4_trans(kf, Kj + (k * 16 + (lane / 8 % 2) * 8 + lane % 8) * P + dc + n * 8 + lane / 16 * 8);
+        for (int mm = 0; mm < 2; ++mm) {
+          ptx::mma_m16n8k16<T>(dq[mm][n], sf[mm], kf[0], kf[1]);
+          ptx::mma_m16n8k16<T>(dq[mm][n + 1], sf[mm], kf[2], kf[3]);
+        }
+      }
+    }
+    for (int mm = 0; mm < 2; ++mm)
+      for (int r = 0; r < 2; ++r) {
+        const int q = q_w + mm * 16 + g + r * 8;
+        if (q >= br) continue;  // rows past N_q: nothing to add, and no memory there
+        float* out = dQacc + p.q_offset(b, h, r0 + q) + dc + 2 * t4;
+        for (int n = 0; n < kC / 8; ++n) {
+          const float2 add = make_float2(dq[mm][n][2 * r], dq[mm][n][2 * r + 1]);
+          float2* at = reinterpret_cast<float2*>(out + n * 8);
+          if constexpr (kDeterministic) {  // our turn: a plain read-add-write, through L2
+            float2 v = __ldcg(at);
+            v.x += add.x, v.y += add.y;
+            __stcg(at, v);
+          } else {
+#if __CUDA_ARCH__ >= 900
+            atomicAdd(at, add);  // one 8-byte reduction (sm_90)
+#else
+            atomicAdd(&at->x, add.x), atomicAdd(&at->y, add.y);
+#endif
+          }
+        }
+      }
+  }
+  if constexpr (kDeterministic) {
+    __threadfence();  // this block's additions are visible GPU-wide before the turn passes on
+    __syncthreads();
+    if (threadIdx.x == 0) store_release(turn, int(j + 1));
+  }
+}
+
 // One thread block per (b, kv head hk, key block j): FA2 Algorithm 2, lines 5-19. W warps, each
 // owning kM mma row tiles of keys (16 kM keys): Bc = 16 kM W. Tc key blocks per head.
 // kDeterministic: dQ_i is added in the order j = 0, 1, ... (see the dQ step below); dq_turn then
@@ -248,66 +316,7 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
     }
     __syncthreads();  // all of dS^T is in shared memory
 
-    // dQ_i += dS K_j (line 15): 64 query rows x D, summed over the block's Bc keys. The warps
-    // tile it 2 x (W / 2): warp w takes query rows 32 (w % 2) .. +31 (two mma row tiles, so each
-    // K_j fragment loaded serves both) and kDims = D / (W / 2) head dims, in chunks of up to 32.
-    // A = dS (query x key) is dS^T read by a transposing ldmatrix; B = K_j with the key as k,
-    // transposing as V_j in the forward.
-    constexpr int kDims = D / (W / 2), kC = kDims < 32 ? kDims : 32;
-    const int q_w = warp % 2 * 32, d0 = warp / 2 * kDims;
-    if constexpr (kDeterministic) {
-      // Wait until key blocks 0 .. j-1 have added their share of dQ_i: the additions happen in
-      // the order j = 0, 1, ..., the same every run. Each block only waits for blocks with a
-      // smaller index, which the GPU has started before it (it dispatches blocks in index order:
-      // the assumption FlashAttention-2's deterministic backward makes too), so it cannot hang.
-      if (threadIdx.x == 0)
-        while (load_acquire(dq_turn + (b * p.H + h) * Tr + r0 / Br) != j) {
-        }
-      __syncthreads();
-    }
-    for (int dc = d0; dc < d0 + kDims; dc += kC) {
-      float dq[2][kC / 8][4] = {};
-      for (int k = 0; k < Bc / 16; ++k) {
-        uint32_t sf[2][4];  // lane -> key 16k + 8 (lane / 16) + lane % 8, queries q_w + 16mm + 8 ((lane / 8) % 2)
-        for (int mm = 0; mm < 2; ++mm)
-          ptx::ldmatrix_x4_trans(sf[mm], dSt + (k * 16 + lane / 16 * 8 + lane % 8) * PS + q_w + mm * 16 +
-                                             (lane / 8 % 2) * 8);
-        for (int n = 0; n < kC / 8; n += 2) {
-          uint32_t kf[4];  // lane -> key 16k + 8 ((lane / 8) % 2) + lane % 8, dims dc + 8n + 8 (lane / 16)
-          ptx::ldmatrix_x4_trans(kf, Kj + (k * 16 + (lane / 8 % 2) * 8 + lane % 8) * P + dc + n * 8 + lane / 16 * 8);
-          for (int mm = 0; mm < 2; ++mm) {
-            ptx::mma_m16n8k16<T>(dq[mm][n], sf[mm], kf[0], kf[1]);
-            ptx::mma_m16n8k16<T>(dq[mm][n + 1], sf[mm], kf[2], kf[3]);
-          }
-        }
-      }
-      for (int mm = 0; mm < 2; ++mm)
-        for (int r = 0; r < 2; ++r) {
-          const int q = q_w + mm * 16 + g + r * 8;
-          if (q >= br) continue;
-          float* out = dQacc + p.q_offset(b, h, r0 + q) + dc + 2 * t4;
-          for (int n = 0; n < kC / 8; ++n) {
-            const float2 add = make_float2(dq[mm][n][2 * r], dq[mm][n][2 * r + 1]);
-            float2* at = reinterpret_cast<float2*>(out + n * 8);
-            if constexpr (kDeterministic) {  // our turn: a plain read-add-write, through L2
-              float2 v = __ldcg(at);
-              v.x += add.x, v.y += add.y;
-              __stcg(at, v);
-            } else {
-#if __CUDA_ARCH__ >= 900
-              atomicAdd(at, add);  // one 8-byte reduction (sm_90)
-#else
-              atomicAdd(&at->x, add.x), atomicAdd(&at->y, add.y);
-#endif
-            }
-          }
-        }
-    }
-    if constexpr (kDeterministic) {
-      __threadfence();  // this block's additions are visible GPU-wide before the turn passes on
-      __syncthreads();
-      if (threadIdx.x == 0) store_release(dq_turn + (b * p.H + h) * Tr + r0 / Br, int(j + 1));
-    }
+    add_dq<T, D, W, Bc, kDeterministic>(dSt, Kj, dQacc, dq_turn, p, b, h, r0, br, Tr, j);
   }
 
   // dK_j = scale dK_j, dV_j to HBM, once (line 18); rows past N_k are not written.

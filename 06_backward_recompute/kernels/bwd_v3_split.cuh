@@ -188,57 +188,7 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
 
     // dQ_i += dS K_j (line 15): v2's step, unchanged (it only reads dS^T and K_j, so it needs no
     // barrier after the second tiling).
-    constexpr int kDims = D / (kWarps / 2), kC = kDims < 32 ? kDims : 32;
-    const int q_w = warp % 2 * 32, d0 = warp / 2 * kDims;
-    if constexpr (kDeterministic) {  // v2's turn: key blocks add to dQ_i in the order j = 0, 1, ...
-      if (threadIdx.x == 0)
-        while (bwd_v2::load_acquire(dq_turn + (b * p.H + h) * Tr + r0 / Br) != j) {
-        }
-      __syncthreads();
-    }
-    for (int dc = d0; dc < d0 + kDims; dc += kC) {
-      float dq[2][kC / 8][4] = {};
-      for (int k = 0; k < Bc / 16; ++k) {
-        uint32_t sf[2][4];
-        for (int mm = 0; mm < 2; ++mm)
-          ptx::ldmatrix_x4_trans(sf[mm], dSt + (k * 16 + lane / 16 * 8 + lane % 8) * PS + q_w + mm * 16 +
-                                             (lane / 8 % 2) * 8);
-        for (int n = 0; n < kC / 8; n += 2) {
-          uint32_t kf[4];
-          ptx::ldmatrix_x4_trans(kf, Kj + (k * 16 + (lane / 8 % 2) * 8 + lane % 8) * P + dc + n * 8 + lane / 16 * 8);
-          for (int mm = 0; mm < 2; ++mm) {
-            ptx::mma_m16n8k16<T>(dq[mm][n], sf[mm], kf[0], kf[1]);
-            ptx::mma_m16n8k16<T>(dq[mm][n + 1], sf[mm], kf[2], kf[3]);
-          }
-        }
-      }
-      for (int mm = 0; mm < 2; ++mm)
-        for (int r = 0; r < 2; ++r) {
-          const int q = q_w + mm * 16 + g + r * 8;
-          if (q >= br) continue;
-          float* out = dQacc + p.q_offset(b, h, r0 + q) + dc + 2 * t4;
-          for (int n = 0; n < kC / 8; ++n) {
-            const float2 add = make_float2(dq[mm][n][2 * r], dq[mm][n][2 * r + 1]);
-            float2* at = reinterpret_cast<float2*>(out + n * 8);
-            if constexpr (kDeterministic) {
-              float2 v = __ldcg(at);
-              v.x += add.x, v.y += add.y;
-              __stcg(at, v);
-            } else {
-#if __CUDA_ARCH__ >= 900
-              atomicAdd(at, add);
-#else
-              atomicAdd(&at->x, add.x), atomicAdd(&at->y, add.y);
-#endif
-            }
-          }
-        }
-    }
-    if constexpr (kDeterministic) {
-      __threadfence();
-      __syncthreads();
-      if (threadIdx.x == 0) bwd_v2::store_release(dq_turn + (b * p.H + h) * Tr + r0 / Br, int(j + 1));
-    }
+    bwd_v2::add_dq<T, D, kWarps, Bc, kDeterministic>(dSt, Kj, dQacc, dq_turn, p, b, h, r0, br, Tr, j);
   }
 
   // dK_j = scale dK_j, dV_j to HBM, once (line 18), from the second tiling.

@@ -1,7 +1,8 @@
 // What the GPU benchmarks (stage 05's forward, stage 06's backward) share: the papers' problem
-// grid, random inputs made on the GPU and kept, the L2 size (to rotate input sets past it) and
-// the datasheet peaks. Header-only; link CUDA::curand.
+// grid, random inputs made on the GPU and kept, the L2 size (to rotate input sets past it), the
+// datasheet peaks and the timed loop. Header-only; link CUDA::curand and Google Benchmark.
 #pragma once
+#include <benchmark/benchmark.h>
 #include <cuda_runtime.h>
 #include <curand.h>
 
@@ -14,7 +15,9 @@
 
 #include "check.hpp"
 #include "device_buffer.hpp"
+#include "devstats.hpp"
 #include "dtype.hpp"
+#include "event_timer.hpp"
 #include "problem.hpp"
 
 namespace fa::bench {
@@ -79,6 +82,34 @@ inline AttnProblem paper_problem(int64_t N, int64_t d, bool causal) {
   AttnProblem p;
   p.B = 16384 / N, p.H = 2048 / d, p.H_kv = p.H, p.N_q = N, p.N_k = N, p.d = d, p.causal = causal;
   return p;
+}
+
+// The timed loop: launch(0) once untimed (module loading; it also measures the call's extra GPU
+// memory), then each iteration one launch(s) between two CUDA events, s rotating over `sets`
+// input sets. Sets the counters TFLOP/s and pct_peak (for `flops` per launch in dtype t),
+// gpu_extra_bytes and input_sets.
+template <class Launch>
+void time_launches(benchmark::State& state, int sets, double flops, DType t, Launch&& launch) {
+  int64_t extra = 0;
+  {
+    ExtraDeviceMemory mem;
+    launch(0);
+    FA_CUDA_CHECK(cudaDeviceSynchronize());
+    extra = mem.peak_bytes();
+  }
+  int s = 0;
+  for (auto _ : state) {
+    EventTimer timer;
+    launch(s);
+    state.SetIterationTime(timer.stop() * 1e-3);
+    s = (s + 1) % sets;
+  }
+  FA_CUDA_CHECK(cudaGetLastError());
+  const double tf = flops * 1e-12;
+  state.counters["TFLOP/s"] = benchmark::Counter(tf, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["pct_peak"] = benchmark::Counter(tf / peak_tflops(t) * 100, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["gpu_extra_bytes"] = double(extra);
+  state.counters["input_sets"] = sets;
 }
 
 }  // namespace fa::bench
