@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
     bwd::backward<float>(p, Q, K, V, O, dO, LSE, dQ, dK, dV, blk);
   };
   std::string device = "cpu", bwd_kernel;
+  fa::DType gpu_dtype = fa::DType::fp32;  // set by the GPU precheck
 #ifdef FA06_GPU
   // The GPU stage, chosen after the flags are parsed (forward_for runs then, before anything else).
   stage.forward_for = [&](fa::DType t) {
@@ -34,9 +35,10 @@ int main(int argc, char** argv) {
       const fa::Stage g = stage_06_gpu(bwd_kernel, t);
       stage.idea = g.idea;
       stage.backward = g.backward;
-      stage.precheck = [k = bwd_kernel](const fa::AttnProblem& p, const fa::Inputs*, fa::DType dt) {
-        fa06::backward_plan(k.empty() ? fa06::default_backward_kernel(p.d, dt) : k, p, dt);
+      stage.precheck = [&](const fa::AttnProblem& p, const fa::Inputs*, fa::DType dt) {
+        fa06::backward_plan(resolve_backward_kernel(bwd_kernel, p, dt), p, dt);
         fa::require_gpu();
+        gpu_dtype = dt;
       };
       return g.forward;
     }
@@ -58,6 +60,24 @@ int main(int argc, char** argv) {
     app.add_option("--bwd-kernel", bwd_kernel,
                    "with --device gpu: a GPU backward (gpu_v1, gpu_v2, gpu_v3, _det variants; default: fa06::default_backward_kernel: gpu_v1 in fp32, gpu_v3 at d = 128, else gpu_v2)")
         ->check(CLI::IsMember(fa06::backward_kernels()));
+#endif
+  },
+  // On the GPU: which backward ran and how (a kernel asked for may fall back to gpu_v1: said here).
+  [&](const fa::Inputs& in, nlohmann::json& report, std::ostream& text) {
+#ifdef FA06_GPU
+    if (device != "gpu") return;
+    const std::string k = resolve_backward_kernel(bwd_kernel, in.p, gpu_dtype);
+    const fa06::BwdPlan pl = fa06::backward_plan(k, in.p, gpu_dtype);
+    report["backward"]["kernel"] = {{"name", k}, {"runs", pl.runs}, {"note", pl.note}, {"Br", pl.Br}, {"Bc", pl.Bc},
+                                    {"keys_per_warp", pl.keys_per_warp}, {"threads", pl.threads},
+                                    {"blocks", pl.blocks_dkdv}, {"smem_bytes", pl.smem_dkdv},
+                                    {"workspace_bytes", pl.workspace_bytes}};
+    text << "  bwd kern : " << pl.runs << " on " << fa::gpu_description() << "; " << pl.blocks_dkdv << " thread blocks of "
+         << pl.threads << " threads, " << pl.smem_dkdv << " bytes of shared memory each, Br = " << pl.Br
+         << ", Bc = " << pl.Bc << "\n";
+    if (!pl.note.empty()) text << "  note     : " << pl.note << "\n";
+#else
+    (void)in, (void)report, (void)text;
 #endif
   });
 }

@@ -65,9 +65,9 @@ const std::vector<std::string>& backward_kernels() {
   return k;
 }
 
-std::string default_backward_kernel(int64_t d, fa::DType dtype) {
+std::string default_backward_kernel(int64_t d, fa::DType dtype, int64_t smem_limit) {
   if (dtype == fa::DType::fp32) return "gpu_v1";
-  return d == 128 ? "gpu_v3" : "gpu_v2";
+  return d == 128 && bwd_v3::smem_bytes<128>() <= smem_limit ? "gpu_v3" : "gpu_v2";
 }
 
 std::vector<BwdShape> bwd_shapes(int64_t d) {
@@ -135,7 +135,7 @@ BwdPlan backward_plan(const std::string& kernel, const fa::AttnProblem& p, fa::D
                              : (sh.Bc == 64 ? bwd_v2::smem_bytes<128, 64>() : bwd_v2::smem_bytes<128, 128>());
   }
   if (pl.runs != "gpu_v1")  // D, dQ's float32 accumulator, the deterministic variants' turns
-    pl.workspace_bytes = 4 * p.lse_elems() + 4 * p.q_elems() + (det ? 4 * p.B * p.H * ceil_div(p.N_q, bwd_v2::Br) : 0);
+    pl.workspace_bytes = 4 * p.lse_elems() + 4 * p.q_elems() + (det ? 4 * (p.B * p.H * ceil_div(p.N_q, bwd_v2::Br) + 1) : 0);
   if (std::max({pl.blocks_dkdv, pl.blocks_dq, blocks_d}) > INT_MAX)
     throw fa::InputError("--batch/--heads/--seq-q", "at most 2^31 - 1 thread blocks",
                          std::to_string(std::max({pl.blocks_dkdv, pl.blocks_dq, blocks_d})));
@@ -169,7 +169,8 @@ void run_tensor_cores(const BwdPlan& pl, bool v3, bool det, const fa::AttnProble
   // dQ's float32 accumulator (and the turns of the deterministic variants) start at zero.
   fa::DeviceBuffer<float> dQacc(p.q_elems(), fa::Mem::Extra, stream);
   FA_CUDA_CHECK(cudaMemsetAsync(dQacc.get(), 0, size_t(dQacc.bytes()), stream));
-  fa::DeviceBuffer<int> turn(det ? p.B * p.H * ceil_div(p.N_q, bwd_v2::Br) : 0, fa::Mem::Extra, stream);
+  // The turns: one per (b, h, query block), then the counter that numbers the blocks as they start.
+  fa::DeviceBuffer<int> turn(det ? p.B * p.H * ceil_div(p.N_q, bwd_v2::Br) + 1 : 0, fa::Mem::Extra, stream);
   if (det) FA_CUDA_CHECK(cudaMemsetAsync(turn.get(), 0, size_t(turn.bytes()), stream));
   auto launch = [&](auto* kernel_fn) {
     set_smem(kernel_fn, pl.smem_dkdv);

@@ -5,7 +5,8 @@
 //
 // Layout (common/problem.hpp): Q, O, dO, dQ [B,H,N_q,d]; K, V, dK, dV [B,H_kv,N_k,d] in the dtype;
 // LSE [B,H,N_q] float32, natural log (-inf for a row that sees no key). Bottom-right causal, GQA,
-// any N_q and N_k.
+// any N_q and N_k. Pointers 16-byte aligned, as cudaMalloc's are (the tensor-core kernels copy
+// rows with 16-byte cp.async and add to dQ in 8-byte pairs).
 //
 // The kernels (backward_kernels() lists them):
 //   gpu_v1      kernels/bwd_v1_smem.cuh: the CPU backward's two passes in shared memory, fp32
@@ -32,8 +33,10 @@ namespace fa06 {
 // The GPU backward kernels, in course order.
 const std::vector<std::string>& backward_kernels();
 // The fastest on the H200 for the head dim and dtype (bench_06_backward_gpu, 2026-11-30):
-// gpu_v1 in fp32, gpu_v3 at d = 128, else gpu_v2 (its 32-keys-a-warp shape at d = 64).
-std::string default_backward_kernel(int64_t d, fa::DType dtype);
+// gpu_v1 in fp32, gpu_v3 at d = 128, else gpu_v2 (its 32-keys-a-warp shape at d = 64). gpu_v3
+// needs 173 KiB of shared memory at d = 128: where a block may opt in to less (smem_limit,
+// bytes; an A100 has 163 KiB), gpu_v2 instead.
+std::string default_backward_kernel(int64_t d, fa::DType dtype, int64_t smem_limit = 227 * 1024);
 
 // gpu_v2's block shape: Bc keys per thread block, keys_per_warp of them per warp (16 or 32: one or
 // two mma row tiles), so Bc / keys_per_warp warps. 0 = the default for the head dim.
@@ -56,8 +59,9 @@ struct BwdPlan {
   int64_t blocks_dkdv = 0;           // thread blocks over key blocks (B * H_kv * ceil(N_k / Bc))
   int64_t blocks_dq = 0;             // gpu_v1's pass 2 (B * H * ceil(N_q / Br)); 0 for gpu_v2
   int64_t smem_dkdv = 0, smem_dq = 0;  // shared memory per thread block of each kernel, bytes
-  // Extra GPU memory, bytes: D (one float per query row); gpu_v2 adds dQ's float32 accumulator
-  // (4 B H N_q d bytes) and gpu_v2_det one int per (b, h, query block) besides.
+  // Extra GPU memory, bytes: D (one float per query row); gpu_v2 and gpu_v3 add dQ's float32
+  // accumulator (4 B H N_q d bytes), their _det variants one int per (b, h, query block) and one
+  // more (the start counter) besides.
   int64_t workspace_bytes = 0;
 };
 

@@ -3,16 +3,24 @@
 // adapter (common/cuda/adapter.hpp: upload, run, poison, download).
 #pragma once
 #include "adapter.hpp"
+#include "gpu.hpp"
 #include "runner_bwd.hpp"
 #include "stage.hpp"
 #include "stage_05.hpp"
 
 // The BackwardFn of the GPU backward `asked` (fa06::backward_kernels(); "" = the default for the
 // problem's head dim) in `dtype`, gpu_v2 at `shape` (default: the head dim's). A problem it cannot run is refused (fa06::backward_plan throws InputError) before anything touches the GPU.
+// The kernel `asked` names, or for "" the default for the problem's head dim on this GPU
+// (fa06::default_backward_kernel with the device's shared-memory limit).
+inline std::string resolve_backward_kernel(const std::string& asked, const fa::AttnProblem& p, fa::DType t) {
+  if (!asked.empty()) return asked;
+  const long long smem = fa::gpu_smem_optin_bytes();
+  return smem > 0 ? fa06::default_backward_kernel(p.d, t, smem) : fa06::default_backward_kernel(p.d, t);
+}
+
 inline fa::BackwardFn stage_06_gpu_backward(const std::string& asked = "gpu_v1", fa::DType t = fa::DType::fp32,
                                             fa06::BwdShape shape = {}) {
-  // "" = fa06::default_backward_kernel for the problem's head dim.
-  auto pick = [asked, t](const fa::AttnProblem& p) { return asked.empty() ? fa06::default_backward_kernel(p.d, t) : asked; };
+  auto pick = [asked, t](const fa::AttnProblem& p) { return resolve_backward_kernel(asked, p, t); };
   fa::BackwardFn on_gpu = fa::gpu_backward(
       [pick, shape](const fa::AttnProblem& p, fa::DType dt, const void* Q, const void* K, const void* V,
                       const void* O, const void* dO, const float* LSE, void* dQ, void* dK, void* dV,

@@ -272,6 +272,11 @@ void check_backward_case(const BackwardFn& f, const Case& c, bool is_stage01, co
     reference_backward(p, convert<double>(in.Q), convert<double>(in.K), convert<double>(in.V),
                        convert<double>(in.dO), dX32[0], dX32[1], dX32[2], /*lse_in_float32=*/true,
                        lowp ? BackwardStorage{st.dtype, st.P_in_dtype, &fwd.O} : BackwardStorage{});
+  // A query row that sees no key (causal, N_q > N_k) has no gradient: dQ exactly 0, never NaN.
+  for (int64_t bh = 0; bh < p.B * p.H; ++bh)
+    for (int64_t i = 0; i < p.N_q; ++i)
+      if (p.keys_seen(i) == 0)
+        for (int64_t c2 = 0; c2 < p.d; ++c2) CHECK(run.dQ[(bh * p.N_q + i) * p.d + c2] == 0.f);
   const Tensor* got[3] = {&run.dQ, &run.dK, &run.dV};
   const Tensor* base[3] = {&r01.dQ, &r01.dK, &r01.dV};
   const TensorD* ref[3] = {&dQ64, &dK64, &dV64};
@@ -304,6 +309,7 @@ void check_backward_case(const BackwardFn& f, const Case& c, bool is_stage01, co
       double base = naive_ok ? e01.max_abs : est;
       if (forward) {
         const double e_lse = compare(dX32[t].ptr(), ref[t]->ptr(), ref[t]->numel()).max_abs;
+        REQUIRE_MESSAGE(std::isfinite(e_lse), "the stored reference overflows: no baseline to hold the stage to");
         INFO(std::string(names[t]) << (lowp ? " storage error (float32 LSE, 16-bit values): " : " error of a float32 LSE alone: ")
                                    << e_lse);
         base += e_lse;

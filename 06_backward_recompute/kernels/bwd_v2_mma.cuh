@@ -81,6 +81,22 @@ __device__ __forceinline__ void store_release(int* x, int v) {
   asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(x), "r"(v) : "memory");
 }
 
+// The thread block's task number. The deterministic variants number the blocks in the order they
+// start (an atomic counter, dq_turn[n_turns], zeroed with the turns) instead of by blockIdx: a
+// block then only ever waits (add_dq) for tasks of blocks that have already started, whatever
+// order the GPU starts blocks in, so the chain of turns cannot hang.
+template <bool kDeterministic>
+__device__ __forceinline__ int64_t task_index(int* dq_turn, int64_t n_turns) {
+  if constexpr (!kDeterministic) {
+    return blockIdx.x;
+  } else {
+    __shared__ int started;
+    if (threadIdx.x == 0) started = atomicAdd(dq_turn + n_turns, 1);
+    __syncthreads();
+    return started;
+  }
+}
+
 // dQ_i += dS K_j (FA2 Alg. 2 line 15) for one step of one thread block: 64 query rows x D, summed
 // over the block's Bc keys, added to dQacc. dS^T (Bc x Br, pitch kPitchS) and K_j (Bc x D, pitch
 // kPitch) are in shared memory; all W warps call it (v2 and v3 alike). The warps tile the
@@ -97,9 +113,8 @@ __device__ __forceinline__ void add_dq(const T* dSt, const T* Kj, float* dQacc, 
   int* turn = dq_turn + (b * p.H + h) * Tr + r0 / Br;
   if constexpr (kDeterministic) {
     // Wait until key blocks 0 .. j-1 have added their share of dQ_i: the additions happen in the
-    // order j = 0, 1, ..., the same every run. Each block only waits for blocks with a smaller
-    // index, which the GPU has started before it (it dispatches blocks in index order: the
-    // assumption FlashAttention-2's deterministic backward makes too), so it cannot hang.
+    // order j = 0, 1, ..., the same every run. Tasks are numbered as blocks start (task_index),
+    // so the blocks holding j-1, j-2, ... have started and will get here: no hang.
     if (threadIdx.x == 0)
       while (load_acquire(turn) != j) {
       }
@@ -151,8 +166,8 @@ __device__ __forceinline__ void add_dq(const T* dSt, const T* Kj, float* dQacc, 
 
 // One thread block per (b, kv head hk, key block j): FA2 Algorithm 2, lines 5-19. W warps, each
 // owning kM mma row tiles of keys (16 kM keys): Bc = 16 kM W. Tc key blocks per head.
-// kDeterministic: dQ_i is added in the order j = 0, 1, ... (see the dQ step below); dq_turn then
-// holds one zeroed int per (b, h, query block), else it is unused.
+// kDeterministic: dQ_i is added in the order j = 0, 1, ... (add_dq); dq_turn then holds one zeroed
+// int per (b, h, query block) and the start counter of task_index, else it is unused.
 template <class T, int D, int W, int kM, bool kDeterministic>
 __global__ void __launch_bounds__(32 * W, 1)
 dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
@@ -173,12 +188,12 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
   const int kw0 = warp * 16 * kM;                // this warp's first key in the block
   const float c = scale * 1.4426950408889634f;   // scale log2(e): exp(scale x) = 2^(c x)
 
-  const int64_t t = blockIdx.x, G = p.H / p.H_kv, shift = p.N_k - p.N_q;
+  const int64_t Tr = (p.N_q + Br - 1) / Br;
+  const int64_t t = task_index<kDeterministic>(dq_turn, p.B * p.H * Tr), G = p.H / p.H_kv, shift = p.N_k - p.N_q;
   const int64_t b = t / (p.H_kv * Tc), hk = t / Tc % p.H_kv, j = t % Tc, c0 = j * Bc;
   const int bc = int(min(int64_t(Bc), p.N_k - c0));
   // The steps: every query head of the group (GQA: dK_j, dV_j sum over them) times the query
   // blocks that see any of these keys (causal: the blocks above the diagonal are skipped whole).
-  const int64_t Tr = (p.N_q + Br - 1) / Br;
   const int64_t i_first = p.causal ? max(int64_t(0), c0 - shift) / Br : 0;
   const int64_t blocks_per_head = max(int64_t(0), Tr - i_first), steps = G * blocks_per_head;
   auto step_head = [&](int64_t s) { return hk * G + s / blocks_per_head; };

@@ -65,10 +65,11 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
   const float c = scale * 1.4426950408889634f;  // scale log2(e): exp(scale x) = 2^(c x)
 
   // The task, the steps and their loads: as v2.
-  const int64_t t = blockIdx.x, G = p.H / p.H_kv, shift = p.N_k - p.N_q;
+  const int64_t Tr = (p.N_q + Br - 1) / Br;
+  const int64_t t = bwd_v2::task_index<kDeterministic>(dq_turn, p.B * p.H * Tr), G = p.H / p.H_kv,
+                shift = p.N_k - p.N_q;
   const int64_t b = t / (p.H_kv * Tc), hk = t / Tc % p.H_kv, j = t % Tc, c0 = j * Bc;
   const int bc = int(min(int64_t(Bc), p.N_k - c0));
-  const int64_t Tr = (p.N_q + Br - 1) / Br;
   const int64_t i_first = p.causal ? max(int64_t(0), c0 - shift) / Br : 0;
   const int64_t blocks_per_head = max(int64_t(0), Tr - i_first), steps = G * blocks_per_head;
   auto step_head = [&](int64_t s) { return hk * G + s / blocks_per_head; };

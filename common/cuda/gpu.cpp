@@ -67,4 +67,12 @@ long long gpu_free_bytes() {
   return static_cast<long long>(free_b);
 }
 
+long long gpu_smem_optin_bytes() {
+  int dev = 0, bytes = 0;
+  if (!gpu_available() || cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+    return -1;
+  return bytes;
+}
+
 }  // namespace fa

@@ -20,4 +20,8 @@ std::string gpu_description();
 // Bytes of memory free on the current device (cudaMemGetInfo); -1 if unknown.
 long long gpu_free_bytes();
 
+// Bytes of shared memory one thread block may opt in to on the current device (227 KiB on an
+// H100/H200, 163 KiB on an A100); -1 if unknown.
+long long gpu_smem_optin_bytes();
+
 }  // namespace fa
