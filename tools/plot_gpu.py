@@ -5,6 +5,8 @@
                                  flash, cuDNN, efficient and math backends, measured in one process
   docs/img/gpu_versions.png      the path from v1 to v6: bf16 TFLOP/s per version at N = 8192,
                                  with SDPA's flash (FlashAttention-2) and cuDNN as lines
+  docs/img/gpu_bwd_tflops_vs_N.png  the backward: stage 06's GPU kernels (bench_06_backward_gpu.json)
+                                 beside SDPA's backward (compare_torch_bwd.json), bf16, vs N
 
 Usage: python3 tools/plot_gpu.py [--results docs/results] [--out docs/img]
 (tools/plots.sh makes the venv with matplotlib and runs every plot script.)
@@ -61,6 +63,7 @@ def main():
     fig.savefig(path, dpi=110)
     print("wrote", path)
     versions(rows, data, a.out)
+    backward(a.results, a.out)
 
 
 def versions(rows, data, out, n=8192):
@@ -83,6 +86,52 @@ def versions(rows, data, out, n=8192):
     fig.suptitle(f"Stage 05, one idea per version, {data['device']}, {data['date']} (tools/compare_torch.py)")
     fig.tight_layout()
     path = os.path.join(out, "gpu_versions.png")
+    fig.savefig(path, dpi=110)
+    print("wrote", path)
+
+
+BWD_STYLE = {
+    "gpu_v2:bf16": ("tab:blue", "s", "-", "gpu_v2"),
+    "gpu_v2_det:bf16": ("tab:blue", "s", ":", "gpu_v2_det"),
+    "gpu_v3:bf16": ("tab:brown", "*", "-", "gpu_v3"),
+    "gpu_v3_det:bf16": ("tab:brown", "*", ":", "gpu_v3_det"),
+    "sdpa_bwd flash": ("black", "D", "--", "SDPA flash"),
+    "sdpa_bwd cudnn": ("tab:gray", "v", "--", "SDPA cuDNN"),
+    "sdpa_bwd efficient": ("tab:green", "x", "--", "SDPA efficient"),
+}
+
+
+def backward(results, out):
+    """Stage 06's GPU backwards (Google Benchmark) beside SDPA's backward, bf16 TFLOP/s vs N."""
+    bench_path, sdpa_path = os.path.join(results, "bench_06_backward_gpu.json"), os.path.join(results, "compare_torch_bwd.json")
+    if not (os.path.exists(bench_path) and os.path.exists(sdpa_path)):
+        return
+    bench, sdpa = json.load(open(bench_path)), json.load(open(sdpa_path))
+    pts = []  # (impl, d, causal, N, tflops)
+    for b in bench["benchmarks"]:
+        if not b["name"].startswith("BM_bwd/") or b.get("error_occurred"):
+            continue
+        a = dict(p.split(":", 1) for p in b["name"].split("/")[1:] if ":" in p)
+        pts.append((b["label"], int(a["d"]), a["causal"] == "1", int(a["N"]), b["TFLOP/s"]))
+    pts += [(r["impl"], r["d"], r["causal"], r["N"], r["tflops"]) for r in sdpa["rows"] if r["tflops"]]
+    fig, axes = plt.subplots(2, 2, figsize=(11, 8), sharex=True, sharey=True)
+    for ax, (d, causal) in zip(axes.flat, [(64, False), (64, True), (128, False), (128, True)]):
+        for impl, (color, marker, ls, label) in BWD_STYLE.items():
+            xy = sorted((n, t) for i, dd, c, n, t in pts if i == impl and dd == d and c == causal)
+            if xy:
+                ax.plot([p[0] for p in xy], [p[1] for p in xy], ls, color=color, marker=marker, label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_title(f"d = {d}, {'causal' if causal else 'not causal'}")
+        ax.grid(True, alpha=0.3)
+    for ax in axes[1]:
+        ax.set_xlabel("sequence length N (B*N = 16384 tokens, H = 2048/d)")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("TFLOP/s (bf16 backward, 2.5x forward FLOPs)")
+    axes[0, 0].legend(fontsize=8)
+    fig.suptitle(f"Stage 06 backward beside PyTorch SDPA's, {sdpa['device']}, {bench['context']['date'][:10]} "
+                 "(bench_06_backward_gpu, tools/compare_torch.py --backward)")
+    fig.tight_layout()
+    path = os.path.join(out, "gpu_bwd_tflops_vs_N.png")
     fig.savefig(path, dpi=110)
     print("wrote", path)
 
