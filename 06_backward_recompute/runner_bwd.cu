@@ -81,13 +81,13 @@ BwdShape default_bwd_shape(int64_t d) { return d == 64 ? BwdShape{128, 32} : Bwd
 BwdPlan backward_plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, BwdShape shape) {
   const auto& ks = backward_kernels();
   if (std::find(ks.begin(), ks.end(), kernel) == ks.end())
-    throw fa::InputError("--kernel", "gpu_v1, gpu_v2, gpu_v2_det, gpu_v3 or gpu_v3_det", "'" + kernel + "'");
+    throw fa::InputError("--bwd-kernel", "gpu_v1, gpu_v2, gpu_v2_det, gpu_v3 or gpu_v3_det", "'" + kernel + "'");
   fa::validate(p);
   if (p.d > 256) throw fa::InputError("--head-dim", "at most 256 for the GPU backward", std::to_string(p.d));
   const bool asked = shape.Bc != 0 || shape.keys_per_warp != 0;
   const bool v3 = is_v3(kernel), det = is_det(kernel);
   if (asked && (kernel == "gpu_v1" || v3))
-    throw fa::InputError("--block-k", "no block choice for " + kernel, std::to_string(shape.Bc));
+    throw fa::InputError("shape (fa06::BwdShape)", "no block choice for " + kernel, std::to_string(shape.Bc));
   BwdPlan pl;
   pl.runs = kernel;
   if (kernel != "gpu_v1" && (dtype == fa::DType::fp32 || bwd_shapes(p.d).empty())) {
@@ -121,7 +121,7 @@ BwdPlan backward_plan(const std::string& kernel, const fa::AttnProblem& p, fa::D
                        [&](const BwdShape& s) { return s.Bc == shape.Bc && s.keys_per_warp == shape.keys_per_warp; })) {
         std::string list;
         for (const BwdShape& s : ok) list += (list.empty() ? "" : ", ") + std::to_string(s.Bc) + "/" + std::to_string(s.keys_per_warp);
-        throw fa::InputError("--block-k", "a compiled gpu_v2 shape at d = " + std::to_string(p.d) + " (Bc/keys per warp: " + list + ")",
+        throw fa::InputError("shape (fa06::BwdShape)", "a compiled gpu_v2 shape at d = " + std::to_string(p.d) + " (Bc/keys per warp: " + list + ")",
                              std::to_string(shape.Bc) + "/" + std::to_string(shape.keys_per_warp));
       }
       sh = shape;

@@ -54,10 +54,10 @@ struct BwdPlan {
   std::string runs;                  // the kernel that runs: the one asked for, or gpu_v1
   std::string note;                  // why it fell back ("" if it did not)
   int64_t Br = 0, Bc = 0;            // block sizes, rows
-  int64_t keys_per_warp = 0;         // gpu_v2: keys each warp owns (16 or 32); 0 for gpu_v1
+  int64_t keys_per_warp = 0;         // gpu_v2, gpu_v3: keys each warp owns (16 or 32); 0 for gpu_v1
   int64_t threads = 0;               // threads per thread block (of the main kernels)
   int64_t blocks_dkdv = 0;           // thread blocks over key blocks (B * H_kv * ceil(N_k / Bc))
-  int64_t blocks_dq = 0;             // gpu_v1's pass 2 (B * H * ceil(N_q / Br)); 0 for gpu_v2
+  int64_t blocks_dq = 0;             // gpu_v1's pass 2 (B * H * ceil(N_q / Br)); 0 for gpu_v2, gpu_v3
   int64_t smem_dkdv = 0, smem_dq = 0;  // shared memory per thread block of each kernel, bytes
   // Extra GPU memory, bytes: D (one float per query row); gpu_v2 and gpu_v3 add dQ's float32
   // accumulator (4 B H N_q d bytes), their _det variants one int per (b, h, query block) and one
@@ -65,9 +65,9 @@ struct BwdPlan {
   int64_t workspace_bytes = 0;
 };
 
-// Throws fa::InputError for an invalid problem (fa::validate), an unknown kernel ("--kernel"),
+// Throws fa::InputError for an invalid problem (fa::validate), an unknown kernel ("--bwd-kernel"),
 // d > 256 ("--head-dim"), a grid past 2^31 - 1 thread blocks, or a shape gpu_v2 is not compiled
-// for ("--block-k": bwd_shapes(d); gpu_v1 takes none). gpu_v1 blocks: 64 rows for d <= 64, else 32
+// for (argument "shape": bwd_shapes(d); gpu_v1 and gpu_v3 take none). gpu_v1 blocks: 64 rows for d <= 64, else 32
 // (shared memory: at most 201 KiB at d = 256).
 BwdPlan backward_plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, BwdShape shape = {});
 

@@ -75,7 +75,7 @@ TEST_CASE("06 gpu plan: gpu_v3 takes 128 keys a block, 8 warps, and P^T in share
       CHECK(pl.smem_dkdv <= 227 * 1024);
       const int64_t turns = std::string(k) == "gpu_v3_det" ? 4 * (2 * 8 * ((1000 + 63) / 64) + 1) : 0;
       CHECK(pl.workspace_bytes == 4 * 2 * 8 * 1000 + 4 * p.q_elems() + turns);
-      CHECK_THROWS_WITH_AS(fa06::backward_plan(k, p, fa::DType::fp16, {128, 32}), doctest::Contains("--block-k"),
+      CHECK_THROWS_WITH_AS(fa06::backward_plan(k, p, fa::DType::fp16, {128, 32}), doctest::Contains("shape (fa06::BwdShape)"),
                            fa::InputError);
     }
   CHECK(fa06::backward_plan("gpu_v3", fa::make_problem(1, 2, 2, 100, 100, 32, false), fa::DType::bf16).runs == "gpu_v1");
@@ -102,13 +102,13 @@ TEST_CASE("06 gpu plan: gpu_v2 falls back to gpu_v1 for fp32 and for d other tha
 
 TEST_CASE("06 gpu plan: refuses what a kernel cannot run, naming the flag") {
   const fa::AttnProblem p = fa::make_problem(1, 1, 1, 8, 8, 64, false);
-  CHECK_THROWS_WITH_AS(fa06::backward_plan("gpu_v1", p, fa::DType::fp32, {64, 16}), doctest::Contains("--block-k"),
+  CHECK_THROWS_WITH_AS(fa06::backward_plan("gpu_v1", p, fa::DType::fp32, {64, 16}), doctest::Contains("shape (fa06::BwdShape)"),
                        fa::InputError);
-  CHECK_THROWS_WITH_AS(fa06::backward_plan("gpu_v2", p, fa::DType::bf16, {32, 16}), doctest::Contains("--block-k"),
+  CHECK_THROWS_WITH_AS(fa06::backward_plan("gpu_v2", p, fa::DType::bf16, {32, 16}), doctest::Contains("shape (fa06::BwdShape)"),
                        fa::InputError);
   CHECK_THROWS_WITH_AS(fa06::backward_plan("gpu_v2", fa::make_problem(1, 1, 1, 8, 8, 128, false), fa::DType::bf16, {128, 32}),
-                       doctest::Contains("--block-k"), fa::InputError);
-  CHECK_THROWS_WITH_AS(fa06::backward_plan("gpu_v9", p, fa::DType::fp32), doctest::Contains("--kernel"), fa::InputError);
+                       doctest::Contains("shape (fa06::BwdShape)"), fa::InputError);
+  CHECK_THROWS_WITH_AS(fa06::backward_plan("gpu_v9", p, fa::DType::fp32), doctest::Contains("--bwd-kernel"), fa::InputError);
   CHECK_THROWS_WITH_AS(fa06::backward_plan("gpu_v1", fa::make_problem(1, 1, 1, 8, 8, 257, false), fa::DType::fp32),
                        doctest::Contains("--head-dim"), fa::InputError);
   CHECK_THROWS_WITH_AS(fa06::backward_plan("gpu_v1", fa::make_problem(1, 3, 2, 8, 8, 64, false), fa::DType::fp32),

@@ -1,22 +1,27 @@
 #!/usr/bin/env bash
 # Fuzzing (docs/bug_zoo.md, "Fuzzing"): builds a libFuzzer target with clang, AddressSanitizer and
 # UndefinedBehaviorSanitizer, and runs it for a bounded time on a copy of its committed seed corpus.
-#   scripts/fuzz.sh TARGET [SECONDS]    TARGET: npy (the .npy reader); SECONDS: default 60
+#   scripts/fuzz.sh TARGET [SECONDS]    TARGET: npy (the .npy reader) or cli (the common flags and
+#                                       their checks); SECONDS: default 60
 # Exit 0: no crash, sanitizer report or leak in that time; 1: one was found (the reproducer is in
 # the run folder it names); 77: no clang with libFuzzer on this machine (ctest reports skipped).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 target=${1:?usage: scripts/fuzz.sh TARGET [SECONDS]}
+incs=()
 seconds=${2:-60}
 case "$target" in
   npy) srcs=(tools/fuzz/fuzz_npy.cpp common/npy.cpp) ;;
-  *) echo "fuzz: TARGET: expected npy, found '$target'" >&2; exit 2 ;;
+  cli) incs=(-I01_naive)  # the common harness runs stage 01 as the baseline
+       srcs=(tools/fuzz/fuzz_cli.cpp common/cli.cpp common/harness.cpp common/npy.cpp common/problem.cpp
+             common/reference.cpp common/memtrack.cpp) ;;
+  *) echo "fuzz: TARGET: expected npy or cli, found '$target'" >&2; exit 2 ;;
 esac
 cxx=$(command -v clang++ || command -v clang++-19 || command -v clang++-16 || command -v clang++-14 || true)
 [ -n "$cxx" ] || { echo "fuzz: skipped: no clang++ on this machine"; exit 77; }
 work=$(mktemp -d /tmp/fa-fuzz-XXXXXX)
 if ! "$cxx" -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-     -Icommon "${srcs[@]}" -o "$work/fuzz_$target" 2>"$work/build.log"; then
+     -Icommon "${incs[@]}" "${srcs[@]}" -o "$work/fuzz_$target" 2>"$work/build.log"; then
   echo "fuzz: skipped: $cxx cannot build a libFuzzer target here ($(head -c 200 "$work/build.log"))"
   exit 77
 fi

@@ -8,7 +8,7 @@
 //   per query block (S, dP computed twice)        block, dQ_i added into an fp32 buffer in HBM
 //   fp32 products, one thread per element         mma.sync m16n8k16; warp w owns 16 kM keys of
 //                                                 the block: its rows of S^T, dP^T, dK_j, dV_j
-//   tiles loaded, then computed                   Q_i, dO_i of step s+1 copied (cp.async)
+//   tiles loaded, then computed                   Q_i, dO_i, LSE_i, D_i of step s+1 copied (cp.async)
 //                                                 while step s computes
 //   expf(S - LSE)                                 ex2(S c - LSE log2 e), c = scale log2 e
 //   deterministic by construction                 dQ by atomic additions (fast, the order
@@ -29,7 +29,7 @@
 // kM, the mma row tiles of keys a warp owns, is 1 or 2: with 2, every B fragment loaded from
 // shared memory (Q_i, dO_i) serves two products instead of one, which matters because the loads,
 // not the tensor cores, bound this kernel (ncu: the shared-memory pipe is the busiest). The price
-// is registers: dK_j and dV_j take 4 kM D / 8 of them a lane, so kM = 2 only at D = 64.
+// is registers: dK_j and dV_j together take kM D of them a lane, so kM = 2 only at D = 64.
 //
 // Layout as in v1 (common/problem.hpp). dQacc: [B,H,N_q,d] float32, zeroed before the launch;
 // dq_convert_kernel turns it into dQ = scale dQacc in T. Supports T = __half or __nv_bfloat16,

@@ -13,11 +13,11 @@
 //   v2: warp w owns keys [16 kM w, +16 kM) for everything    v3 (8 warps, Bc = 128 keys)
 //   S^T, dP^T: 16 kM keys x all 64 queries                  32 keys x 32 queries (a 4 x 2 grid)
 //   P^T, dS^T: stay in registers, packed into A operands    written to shared memory (16 bits)
-//   dV_j, dK_j: 16 kM keys x all D dims (64 kM D / 32 regs)  32 keys x D/2 dims (a 4 x 2 grid):
+//   dV_j, dK_j: 16 kM keys x all D dims (kM D registers)      32 keys x D/2 dims (a 4 x 2 grid):
 //                                                            128 registers at D = 128
 // Every A fragment (K_j, V_j, then P^T, dS^T) and every B fragment (Q_i, dO_i) a warp loads now
-// serves two mma tiles: per 16 x 8 x 16 product, S^T and dP^T load 0.25 fragments (v2 at d = 128:
-// 0.75), dV_j and dK_j 0.375 (v2: 0.5). The price: P^T is stored in shared memory and read back
+// serves two mma tiles: per 16 x 8 x 16 product, S^T and dP^T load 0.5 ldmatrix.x4 (v2 at
+// d = 128: 0.75), dV_j and dK_j 0.375 (v2: 0.5). The price: P^T is stored in shared memory and read back
 // (dS^T was already, for dQ), and one more barrier per step.
 //
 // Layout, dQacc and supported types as v2 (D = 64 or 128); always 8 warps and Bc = 128.
