@@ -21,7 +21,10 @@ KINDs:
                                                     beside SDPA's backward (compare_torch.py
                                                     --backward) from the same gpu_check run
   bwd_shape:docs/results/bench_06_backward_gpu.json gpu_v2's key-block sweep (BM_bwd_shape)
-Usage: python3 tools/gpu_tables.py [README.md ...]   (default: every README.md in the repo)
+  io:docs/results/gpu_check                         HBM bytes each kernel moved, from the ncu logs
+                                                    gpu_check.sh keeps there, beside the bytes it
+                                                    must move and the count of math.md (5.6)
+Usage: python3 tools/gpu_tables.py [FILE.md ...]   (default: every README.md and docs/*.md)
 Standard library only.
 """
 import json
@@ -256,11 +259,79 @@ def bwd_shape_table(src, _, link):
     return "\n".join(out) + "\n"
 
 
+H200_DRAM_GBS = 4800.0  # datasheet HBM3e bandwidth, GB/s: converts ncu's "DRAM Throughput %" to bytes
+
+
+def ncu_kernels(path):
+    """The program's problem line and, per profiled kernel, (duration ms, DRAM GB/s, L2 hit %) from
+    an ncu log; DRAM GB/s from "Memory Throughput Gbyte/s" (detailed set) or, for the
+    SpeedOfLight section alone, from "DRAM Throughput %" of the datasheet bandwidth."""
+    text = path.read_text()
+    m = re.search(r"problem  : B=(\d+) H=(\d+) H_kv=(\d+) N_q=(\d+) N_k=(\d+) d=(\d+)", text)
+    prob = dict(zip(("B", "H", "H_kv", "N_q", "N_k", "d"), map(int, m.groups())))
+    br = re.search(r"Br = (\d+)", text)
+    prob["Br"] = int(br.group(1)) if br else None
+    kernels = []
+    for sec in re.split(r"\n  \S[^\n]*\(\d+, \d+, \d+\)x\(\d+, \d+, \d+\)", text)[1:]:
+        dur = float(re.search(r"Duration\s+ms\s+([\d.]+)", sec).group(1))
+        gbs = re.search(r"Memory Throughput\s+Gbyte/s\s+([\d.]+)", sec)
+        if gbs:
+            rate, est = float(gbs.group(1)), False
+        else:
+            rate, est = float(re.search(r"DRAM Throughput\s+%\s+([\d.]+)", sec).group(1)) / 100 * H200_DRAM_GBS, True
+        l2 = re.search(r"L2 Hit Rate\s+%\s+([\d.]+)", sec)
+        kernels.append((dur, rate, float(l2.group(1)) if l2 else None, est))
+    return prob, kernels
+
+
+def io_table(src, _, link):
+    folder = ROOT / src
+    rows = [("v1", "ncu_v1.log"), ("v2", "ncu_v2.log"), ("v4", "ncu_v4.log"), ("v5", "ncu_v5.log"),
+            ("v5", "ncu_v5_d128.log"), ("cublas (S, P in HBM)", "ncu_cublas.log")]
+    out = ["| kernel | B x H, N, d | time (ms) | HBM bytes moved | must move (Q, K, V, O, LSE) | "
+           "(5.6) with no cache | S and P too (materialised) | L2 hit rate |",
+           "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for name, log in rows:
+        if not (folder / log).exists():
+            continue
+        p, ks = ncu_kernels(folder / log)
+        if name.startswith("cublas"):
+            ks = ks[:3]  # one forward: S = Q K^T, the softmax, O = P V (the 4th is the next call's)
+        ms_total = sum(k[0] for k in ks)
+        moved = sum(k[0] * 1e-3 * k[1] * 1e9 for k in ks)
+        est = any(k[3] for k in ks)
+        heads = p["B"] * p["H"]
+        q, kv = heads * p["N_q"] * p["d"], p["B"] * p["H_kv"] * p["N_k"] * p["d"]
+        must = 2 * (2 * q + 2 * kv) + 4 * heads * p["N_q"]  # bf16 tensors, float32 LSE
+        if p["Br"]:
+            tr = -(-p["N_q"] // p["Br"])
+            nocache = heads * (2 * (2 * p["N_q"] * p["d"] + 2 * p["N_k"] * p["d"] * tr) + 4 * p["N_q"])
+            nocache_s = f"{nocache / 1e6:,.0f} MB (Br = {p['Br']})"
+        else:
+            nocache_s = "-"
+        # The materialised baseline also writes S (float32) and reads it, writes P (bf16) and reads it.
+        mat = must + heads * p["N_q"] * p["N_k"] * (4 + 4 + 2 + 2) if name.startswith("cublas") else None
+        l2 = [k[2] for k in ks if k[2] is not None]
+        out.append(f"| {name} | {heads // p['H']} x {p['H']}, {p['N_q']}, {p['d']} | {ms_total:.2f} | "
+                   f"{'~' if est else ''}{moved / 1e6:,.0f} MB | {must / 1e6:,.0f} MB | {nocache_s} | "
+                   f"{f'{mat / 1e6:,.0f} MB' if mat else '-'} | {f'{l2[0]:.0f}%' if l2 else '-'} |")
+    out.append("")
+    out.append(f"bf16, non-causal, one launch each, profiled with `ncu --set detailed` (cuBLAS: `--section SpeedOfLight`, "
+               f"its three kernels summed) by `scripts/gpu_check.sh` on an NVIDIA H200; HBM bytes = DRAM throughput x "
+               f"duration as ncu reports them (`~`: from the DRAM throughput in % of the datasheet's "
+               f"{H200_DRAM_GBS / 1000:.1f} TB/s); L2 hit rate as ncu prints it (it can read a little over 100%); sources: "
+               f"the ncu logs in [{src}]({link}).")
+    return "\n".join(out) + "\n"
+
+
 KINDS = {"compare": compare_table, "bench": bench_table, "sram": sram_table, "versions": versions_table,
-         "shape": shape_table, "bwd": bwd_table, "bwd_shape": bwd_shape_table}
+         "shape": shape_table, "bwd": bwd_table, "bwd_shape": bwd_shape_table, "io": io_table}
 
 
 def main(paths):
+    if not paths:  # every README, and the chapters in docs/ (io.md holds a table too)
+        paths = [p for p in ROOT.rglob("README.md") if not any(s.startswith("build") for s in p.relative_to(ROOT).parts)]
+        paths += sorted((ROOT / "docs").glob("*.md"))
     rewrite_readmes(paths, BLOCK,
                     lambda m, link: m.group(1) + KINDS[m.group("kind")](m.group("src"), m.group("arg"), link) + m.group(6))
 
