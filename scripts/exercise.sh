@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Exercise mode (docs/exercises.md): write a stage's core yourself; the stage's own tests judge it.
+#   scripts/exercise.sh NN            make exercises/NN_<stage>/ (your copy of the stage's headers
+#                                     and test, the marked parts replaced by a TODO that states
+#                                     what to write) if it is not there yet, then build and test it
+#   scripts/exercise.sh NN --check    build and test your copy again after an edit
+#   scripts/exercise.sh NN --reset    start over (your copy is kept as exercises/NN_<stage>.old/)
+#   scripts/exercise.sh NN --selftest for CI: the TODO copy must FAIL the tests and the copy with
+#                                     the reference bodies back must PASS (in a temporary folder)
+# Stages with an exercise: 02 (the safe softmax of a row), 03 (add_key and merge of the online
+# state). The reference files are never changed; exercises/ is ignored by git. Exit 0 when the
+# tests pass, 1 when they fail, 2 for a usage error.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+NN=${1:-}
+MODE=${2:-}
+usage() { echo "usage: scripts/exercise.sh NN [--check|--reset|--selftest]  (NN: 02 or 03)" >&2; exit 2; }
+case "$NN" in
+  02) stage=02_safe_softmax test=test_safe_softmax.cpp ;;
+  03) stage=03_online_softmax test=test_online_softmax.cpp ;;
+  *) echo "exercise: NN: expected 02 or 03 (the stages with an exercise), found '$NN'" >&2; usage ;;
+esac
+case "$MODE" in ""|--check|--reset|--selftest) ;; *) echo "exercise: expected --check, --reset or --selftest, found '$MODE'" >&2; usage ;; esac
+
+# make_copy DIR [reference]: the stage's headers and test into DIR; the lines between
+# "// exercise NAME: CONTRACT" and "// exercise end" become one TODO line stating the contract
+# (with "reference", they are kept: the copy is then the reference itself).
+make_copy() {
+  local dir=$1 keep=${2:-}
+  mkdir -p "$dir"
+  for f in "$stage"/*.hpp "$stage/$test"; do
+    awk -v keep="$keep" '
+      /\/\/ exercise end/ { skip = 0 }
+      !skip { print }
+      match($0, /\/\/ exercise [a-z_]+: /) && keep == "" {
+        indent = substr($0, 1, RSTART - 1)
+        print indent "// TODO: your code here. Then: scripts/exercise.sh " ENVIRON["NN"] " --check"
+        skip = 1
+      }' "$f" >"$dir/$(basename "$f")"
+  done
+}
+export NN
+
+# build_and_test BUILD_DIR EXERCISE_ROOT: builds exercise_<stage> (in its own build folder, so the
+# main build/ keeps its settings) and runs it; returns 0 (pass), 1 (fail) or 2 (no build).
+build_and_test() {
+  local build=$1 root=$2
+  scripts/setup.sh >/dev/null || return 2
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFA_BUILD_BENCHMARKS=OFF -DFA_BUG_ZOO=OFF \
+    -DFA_EXERCISE_DIR="$root" >"$build.configure.log" 2>&1 || { tail -n 20 "$build.configure.log"; return 2; }
+  if ! cmake --build "$build" --target "exercise_$stage" >"$build.build.log" 2>&1; then
+    echo "exercise $NN: your code does not compile:"
+    grep -E "error|note: " "$build.build.log" | head -n 20
+    return 1
+  fi
+  local out rc
+  out=$("$build/$stage/exercise_$stage" 2>&1)
+  rc=$?
+  if [ $rc -eq 0 ]; then
+    echo "exercise $NN: every test of stage $stage passes with your code."
+    grep -E "^\[doctest\] (test cases|assertions)" <<<"$out"
+    return 0
+  fi
+  echo "exercise $NN: the tests fail with your code. The first failing test case and what it logged:"
+  awk '/^TEST CASE:/ {n++} n == 1' <<<"$out" | grep -vE "^=+$" | head -n 25
+  grep -E "^\[doctest\] (test cases|assertions)" <<<"$out"
+  echo "(all of it: $build/$stage/exercise_$stage; the classic bugs and their symptoms: docs/bug_zoo.md)"
+  return 1
+}
+
+if [ "$MODE" = --selftest ]; then
+  tmp=$(mktemp -d /tmp/fa-exercise-XXXXXX)
+  make_copy "$tmp/todo/$stage"
+  make_copy "$tmp/ref/$stage" reference
+  build_and_test "build-exercise-selftest-$NN" "$tmp/todo" >"$tmp/todo.log" 2>&1
+  todo_rc=$?
+  build_and_test "build-exercise-selftest-$NN" "$tmp/ref" >"$tmp/ref.log" 2>&1
+  ref_rc=$?
+  ok=1
+  if [ $todo_rc -ne 1 ]; then echo "selftest $NN: the TODO copy should fail the tests (exit 1), got exit $todo_rc:"; tail -n 15 "$tmp/todo.log"; ok=0; fi
+  if [ $ref_rc -ne 0 ]; then echo "selftest $NN: the copy with the reference bodies should pass, got exit $ref_rc:"; tail -n 15 "$tmp/ref.log"; ok=0; fi
+  if [ $ok -eq 1 ]; then
+    echo "selftest $NN: the TODO copy fails ($(grep -m1 -oE 'test cases: *[0-9]+ \| *[0-9]+ passed \| *[0-9]+ failed' "$tmp/todo.log")), the reference copy passes"
+    rm -rf "$tmp"
+    exit 0
+  fi
+  exit 1
+fi
+
+dir=exercises/$stage
+if [ "$MODE" = --reset ] && [ -d "$dir" ]; then
+  rm -rf "$dir.old" && mv "$dir" "$dir.old" && echo "exercise $NN: your copy is now $dir.old"
+fi
+if [ ! -d "$dir" ]; then
+  make_copy "$dir"
+  echo "exercise $NN: your copy is $dir/; write the parts marked TODO (docs/exercises.md says what each teaches):"
+  grep -n "// exercise [a-z_]*:" "$dir"/*.hpp | sed -E 's|^([^:]+):([0-9]+): *// exercise ([a-z_]+): |  \1, line \2, \3: |'
+elif [ -z "$MODE" ]; then
+  echo "exercise $NN: $dir/ exists (your work is kept; --reset starts over)"
+fi
+build_and_test build-exercise "$PWD/exercises"
