@@ -157,6 +157,7 @@ void forward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, T* O,
           // Online softmax update of row r (lines 10-11; stage 03's update, Br rows at a time):
           //   m_new = max(m, rowmax(S)),  P = exp(S - m_new),  l = e^(m - m_new) l + rowsum(P)
           //   O_i  <- e^(m - m_new) O_i   (the P V_j term is added below, line 12)
+          // exercise block_update: row r of S (bcp scores in s) into m[r], l[r] and row r of O_i: m_new = max(m, row_max), s = exp(s - m_new) (exp_sub_sum), l and O_i row rescaled by exp(m - m_new); no -inf - -inf
           const float m_new = std::max(m[r], row_max(s, bcp));
           // A row that has seen no key yet keeps m = -inf; subtract 0 instead, so -inf - -inf
           // never makes a NaN (stage 03's exp_minus()).
@@ -165,6 +166,7 @@ void forward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, T* O,
           l[r] = alpha * l[r] + exp_sub_sum(s, bcp, m_use);  // s now holds P (unnormalised)
           if (alpha != 1.f) scale_row(Oi.data() + r * dpad, dpad, alpha);
           m[r] = m_new;
+          // exercise end
         }
         // O_i += P_ij V_j (line 12, without the division: FA2 divides once, at the end).
         gemm_pv(S.data(), Bcp, br, bn, Vj.data(), dpad, dpad, Oi.data(), dpad);

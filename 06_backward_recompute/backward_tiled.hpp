@@ -66,9 +66,11 @@ inline Blocks default_blocks(int64_t d) {
 inline void row_dots(const fa::AttnProblem& p, const float* O, const float* dO, float* D, int threads) {
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t r = 0; r < p.lse_elems(); ++r) {
+    // exercise row_dots: D[r] = sum over the d columns of dO * O, row r (both [rows, d], row-major)
     float s = 0.f;
     for (int64_t c = 0; c < p.d; ++c) s += dO[r * p.d + c] * FA_BUG(D_FROM_DO_ONLY, O, dO)[r * p.d + c];
     D[r] = s;
+    // exercise end
   }
 }
 
@@ -158,11 +160,13 @@ void backward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, cons
         gemm_pv(St.data(), Brp, bc, br, dOi.data(), dpad, dpad, dVj.data(), dpad);
         // dP_ij^T = V_j dO_i^T (line 13), then dS_ij^T = P_ij^T * (dP_ij^T - D_i) (line 14).
         gemm_qk(Vj.data(), bc, d, dOt.data(), Brp, brp, 1.f, dSt.data(), Brp);
+        // exercise ds_t: dSt (bc rows of Brp, now dP^T) becomes dS^T = P^T * (dP^T - D_i): St holds P^T, Di holds D_i (VW floats at a time with load/store, or one by one)
         for (int64_t c = 0; c < bc; ++c) {
           float* ds = dSt.data() + c * Brp;
           const float* pt = St.data() + c * Brp;
           for (int64_t r = 0; r < brp; r += VW) store(ds + r, load(pt + r) * (load(ds + r) - load(Di.data() + r)));
         }
+        // exercise end
         // dK_j += dS_ij^T Q_i (line 16; the factor scale is applied once, at the write).
         gemm_pv(dSt.data(), Brp, bc, br, Qi.data(), dpad, dpad, dKj.data(), dpad);
       }
@@ -220,12 +224,14 @@ void backward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, cons
         float* ds = dS.data() + r * Bcp;
         const int64_t seen = crosses ? std::clamp<int64_t>(p.keys_seen(r0 + r) - c0, 0, bn) : bn;
         std::fill(s + seen, s + bcp, neg_inf);  // masked keys and the padding: P = 0
+        // exercise ds: row r of dS (bcp values in ds, now dP) becomes P * (dP - D_r), P = exp(s - LSE_r) (exp_neg; a -inf LSE must give P = 0, never NaN)
         const float lse = LSE[p.lse_offset(b, h, r0 + r)];
         const float l = lse == neg_inf ? -neg_inf : lse, Dr = D[p.lse_offset(b, h, r0 + r)];
         for (int64_t c = 0; c < bcp; c += VW) {  // P = exp(S - LSE), dS = P * (dP - D)
           const vf pv = exp_neg(load(s + c) - l);
           store(ds + c, pv * (load(ds + c) - Dr));
         }
+        // exercise end
       }
       // dQ_i += dS_ij K_j (FA2 Alg. 2 line 15, in a fixed order: no atomics).
       gemm_pv(dS.data(), Bcp, br, bn, Kj.data(), dpad, dpad, dQi.data(), dpad);

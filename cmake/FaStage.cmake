@@ -98,5 +98,7 @@ function(fa_add_exercise name test_src)
   target_link_libraries(exercise_${name} PRIVATE fa_test)
   target_compile_options(exercise_${name} PRIVATE ${ARG_OPTIONS})
   target_include_directories(exercise_${name} PRIVATE ${dir} ${ARG_INCLUDES})
+  # The test's program cases run the stage's program, built from the reference.
   target_compile_definitions(exercise_${name} PRIVATE STAGE_BIN="$<TARGET_FILE:${name}>")
+  add_dependencies(exercise_${name} ${name})
 endfunction()
