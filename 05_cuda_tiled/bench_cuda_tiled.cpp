@@ -24,7 +24,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -33,7 +32,6 @@
 #include "device_buffer.hpp"
 #include "devstats.hpp"
 #include "event_timer.hpp"
-#include "gpu.hpp"
 #include "runner.hpp"
 
 namespace {
@@ -167,16 +165,4 @@ BENCHMARK(BM_attn)->Apply(attn_grid)->UseManualTime()->MinTime(0.1)->Unit(benchm
 BENCHMARK(BM_v1_sram)->Apply(sram_grid)->UseManualTime()->MinTime(0.1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_shape)->Apply(shape_grid)->UseManualTime()->MinTime(0.1)->Unit(benchmark::kMillisecond);
 
-int main(int argc, char** argv) {
-  std::string why;
-  if (!fa::gpu_available(&why)) {
-    std::fprintf(stderr, "bench_05_cuda_tiled: skipped: no usable CUDA GPU (%s)\n", why.c_str());
-    return 0;
-  }
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::AddCustomContext("gpu", fa::gpu_description());
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
-}
+int main(int argc, char** argv) { return fa::bench::gpu_benchmark_main(argc, argv, "bench_05_cuda_tiled"); }

@@ -17,14 +17,12 @@
 #include <benchmark/benchmark.h>
 #include <cuda_runtime.h>
 
-#include <cstdio>
 #include <string>
 #include <vector>
 
 #include "bench_gpu.hpp"
 #include "check.hpp"
 #include "device_buffer.hpp"
-#include "gpu.hpp"
 #include "runner_bwd.hpp"
 
 namespace {
@@ -104,16 +102,4 @@ void shape_grid(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_bwd)->Apply(bwd_grid)->UseManualTime()->MinTime(0.1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_bwd_shape)->Apply(shape_grid)->UseManualTime()->MinTime(0.1)->Unit(benchmark::kMillisecond);
 
-int main(int argc, char** argv) {
-  std::string why;
-  if (!fa::gpu_available(&why)) {
-    std::fprintf(stderr, "bench_06_backward_gpu: skipped: no usable CUDA GPU (%s)\n", why.c_str());
-    return 0;
-  }
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::AddCustomContext("gpu", fa::gpu_description());
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
-}
+int main(int argc, char** argv) { return fa::bench::gpu_benchmark_main(argc, argv, "bench_06_backward_gpu"); }

@@ -35,6 +35,32 @@ STYLE = {
 }
 
 
+PANELS = [(64, False), (64, True), (128, False), (128, True)]
+
+
+def tflops_panels(series, ylabel, title, path):
+    """Four panels (d 64/128, causal or not) of TFLOP/s vs N; series: (label, color, marker,
+    linestyle, points), points a list of (d, causal, N, TFLOP/s)."""
+    fig, axes = plt.subplots(2, 2, figsize=(11, 8), sharex=True, sharey=True)
+    for ax, (d, causal) in zip(axes.flat, PANELS):
+        for label, color, marker, ls, pts in series:
+            xy = sorted((n, t) for dd, c, n, t in pts if dd == d and c == causal)
+            if xy:
+                ax.plot([p[0] for p in xy], [p[1] for p in xy], ls, color=color, marker=marker, label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_title(f"d = {d}, {'causal' if causal else 'not causal'}")
+        ax.grid(True, alpha=0.3)
+    for ax in axes[1]:
+        ax.set_xlabel("sequence length N (B*N = 16384 tokens, H = 2048/d)")
+    for ax in axes[:, 0]:
+        ax.set_ylabel(ylabel)
+    axes[0, 0].legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print("wrote", path)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--results", default="docs/results")
@@ -42,26 +68,12 @@ def main():
     a = ap.parse_args()
     data = json.load(open(os.path.join(a.results, "compare_torch_05.json")))
     rows = [r for r in data["rows"] if r["dtype"] == "bf16" and r["tflops"]]
-    fig, axes = plt.subplots(2, 2, figsize=(11, 8), sharex=True, sharey=True)
-    for ax, (d, causal) in zip(axes.flat, [(64, False), (64, True), (128, False), (128, True)]):
-        for impl, (color, marker, ls) in STYLE.items():
-            pts = sorted((r["N"], r["tflops"]) for r in rows if r["impl"] == impl and r["d"] == d and r["causal"] == causal)
-            if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], ls, color=color, marker=marker, label=impl)
-        ax.set_xscale("log", base=2)
-        ax.set_title(f"d = {d}, {'causal' if causal else 'not causal'}")
-        ax.grid(True, alpha=0.3)
-    for ax in axes[1]:
-        ax.set_xlabel("sequence length N (B*N = 16384 tokens, H = 2048/d)")
-    for ax in axes[:, 0]:
-        ax.set_ylabel("TFLOP/s (bf16 forward)")
-    axes[0, 0].legend(fontsize=8)
-    fig.suptitle(f"Stage 05 beside PyTorch SDPA, {data['device']}, {data['date']} (tools/compare_torch.py)")
-    fig.tight_layout()
     os.makedirs(a.out, exist_ok=True)
-    path = os.path.join(a.out, "gpu_tflops_vs_N.png")
-    fig.savefig(path, dpi=110)
-    print("wrote", path)
+    series = [(impl, color, marker, ls, [(r["d"], r["causal"], r["N"], r["tflops"]) for r in rows if r["impl"] == impl])
+              for impl, (color, marker, ls) in STYLE.items()]
+    tflops_panels(series, "TFLOP/s (bf16 forward)",
+                  f"Stage 05 beside PyTorch SDPA, {data['device']}, {data['date']} (tools/compare_torch.py)",
+                  os.path.join(a.out, "gpu_tflops_vs_N.png"))
     versions(rows, data, a.out)
     backward(a.results, a.out)
 
@@ -114,26 +126,12 @@ def backward(results, out):
         a = dict(p.split(":", 1) for p in b["name"].split("/")[1:] if ":" in p)
         pts.append((b["label"], int(a["d"]), a["causal"] == "1", int(a["N"]), b["TFLOP/s"]))
     pts += [(r["impl"], r["d"], r["causal"], r["N"], r["tflops"]) for r in sdpa["rows"] if r["tflops"]]
-    fig, axes = plt.subplots(2, 2, figsize=(11, 8), sharex=True, sharey=True)
-    for ax, (d, causal) in zip(axes.flat, [(64, False), (64, True), (128, False), (128, True)]):
-        for impl, (color, marker, ls, label) in BWD_STYLE.items():
-            xy = sorted((n, t) for i, dd, c, n, t in pts if i == impl and dd == d and c == causal)
-            if xy:
-                ax.plot([p[0] for p in xy], [p[1] for p in xy], ls, color=color, marker=marker, label=label)
-        ax.set_xscale("log", base=2)
-        ax.set_title(f"d = {d}, {'causal' if causal else 'not causal'}")
-        ax.grid(True, alpha=0.3)
-    for ax in axes[1]:
-        ax.set_xlabel("sequence length N (B*N = 16384 tokens, H = 2048/d)")
-    for ax in axes[:, 0]:
-        ax.set_ylabel("TFLOP/s (bf16 backward, 2.5x forward FLOPs)")
-    axes[0, 0].legend(fontsize=8)
-    fig.suptitle(f"Stage 06 backward beside PyTorch SDPA's, {sdpa['device']}, {bench['context']['date'][:10]} "
-                 "(bench_06_backward_gpu, tools/compare_torch.py --backward)")
-    fig.tight_layout()
-    path = os.path.join(out, "gpu_bwd_tflops_vs_N.png")
-    fig.savefig(path, dpi=110)
-    print("wrote", path)
+    series = [(label, color, marker, ls, [(dd, c, n, t) for i, dd, c, n, t in pts if i == impl])
+              for impl, (color, marker, ls, label) in BWD_STYLE.items()]
+    tflops_panels(series, "TFLOP/s (bf16 backward, 2.5x forward FLOPs)",
+                  f"Stage 06 backward beside PyTorch SDPA's, {sdpa['device']}, {bench['context']['date'][:10]} "
+                  "(bench_06_backward_gpu, tools/compare_torch.py --backward)",
+                  os.path.join(out, "gpu_bwd_tflops_vs_N.png"))
 
 
 if __name__ == "__main__":

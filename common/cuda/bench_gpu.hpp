@@ -1,12 +1,13 @@
 // What the GPU benchmarks (stage 05's forward, stage 06's backward) share: the papers' problem
 // grid, random inputs made on the GPU and kept, the L2 size (to rotate input sets past it), the
-// datasheet peaks and the timed loop. Header-only; link CUDA::curand and Google Benchmark.
+// datasheet peaks, the timed loop and main(). Header-only; link CUDA::curand and Google Benchmark.
 #pragma once
 #include <benchmark/benchmark.h>
 #include <cuda_runtime.h>
 #include <curand.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -18,6 +19,7 @@
 #include "devstats.hpp"
 #include "dtype.hpp"
 #include "event_timer.hpp"
+#include "gpu.hpp"
 #include "problem.hpp"
 
 namespace fa::bench {
@@ -110,6 +112,23 @@ void time_launches(benchmark::State& state, int sets, double flops, DType t, Lau
   state.counters["pct_peak"] = benchmark::Counter(tf / peak_tflops(t) * 100, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["gpu_extra_bytes"] = double(extra);
   state.counters["input_sets"] = sets;
+}
+
+// The main() of a GPU benchmark program `name`: exits 0 with one line on stderr where there is no
+// usable GPU (CI), else runs the registered benchmarks with the GPU's description in the JSON
+// context. Exit code 1 for flags Google Benchmark does not know.
+inline int gpu_benchmark_main(int argc, char** argv, const char* name) {
+  std::string why;
+  if (!gpu_available(&why)) {
+    std::fprintf(stderr, "%s: skipped: no usable CUDA GPU (%s)\n", name, why.c_str());
+    return 0;
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::AddCustomContext("gpu", gpu_description());
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
 }
 
 }  // namespace fa::bench
