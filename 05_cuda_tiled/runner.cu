@@ -14,6 +14,7 @@
 
 #include "check.hpp"
 #include "device_buffer.hpp"
+#include "gpu.hpp"
 #include "kernels/baseline_cublas.cuh"
 #include "kernels/v1_smem_fp32.cuh"
 #include "kernels/v2_fa2_mma.cuh"
@@ -21,6 +22,7 @@
 #include "kernels/v4_exp2.cuh"
 #include "kernels/v5_shape.cuh"
 #include "kernels/v6_warp_rows.cuh"
+#include "kernels/v7_wgmma.cuh"
 #include "runner.hpp"
 
 namespace fa05 {
@@ -44,6 +46,9 @@ const std::vector<KernelInfo>& kernels() {
        true, 256},
       {"v6", "kernels/v6_warp_rows.cuh",
        "v5 + 32 query rows per warp: each K/V fragment feeds two mma, twice the work in flight",
+       true, 256},
+      {"v7", "kernels/v7_wgmma.cuh",
+       "v5 on Hopper's wgmma: a warpgroup per 64 rows, K and V read by the tensor cores from shared memory",
        true, 256},
       {"cublas", "kernels/baseline_cublas.cuh",
        "materialised baseline: cuBLAS S = QK^T, softmax kernel, cuBLAS O = PV; S, P in HBM",
@@ -166,7 +171,7 @@ void set_smem(Kernel* kernel_fn, int64_t bytes) {
                       std::to_string(bytes) + " bytes");
 }
 
-// The shapes v5 and v6 are compiled for (warps, Bc); Br = 16 warps (v5) or 32 warps (v6). The
+// The shapes v5, v6 and v7 are compiled for (warps, Bc); Br = 16 warps (v5, v7) or 32 warps (v6). The
 // sweeps (bench BM_shape) run them all; default_shape() holds the winners.
 // A shape may be limited to head dims up to max_d: v6 at d = 128 with Bc = 64 needs more than
 // 255 registers (ptxas spills), and with Bc = 128 its S no longer fits in registers at all.
@@ -176,6 +181,9 @@ struct Shape {
 };
 using V5Shapes = std::tuple<Shape<4, 32>, Shape<4, 64>, Shape<4, 128>, Shape<8, 32>, Shape<8, 64>, Shape<8, 128>>;
 using V6Shapes = std::tuple<Shape<4, 32>, Shape<4, 64, 64>, Shape<8, 32>, Shape<8, 64, 64>>;
+// v7: whole warpgroups (4 warps) and whole 64-key wgmma tiles; each is also a v5 shape, which is
+// what v7 falls back to off Hopper.
+using V7Shapes = std::tuple<Shape<4, 64>, Shape<4, 128>, Shape<8, 64>, Shape<8, 128>>;
 
 // Each shaped version: its kernel for (T, D, warps, Bc) and its rows per warp.
 struct V5 {
@@ -191,6 +199,14 @@ struct V6 {
   template <class T, int D, int W, int C>
   static auto kernel() { return v6::forward_kernel<T, D, W, C>; }
   static int64_t smem(int64_t d, int64_t warps, int64_t Bc) { return v6::smem_bytes(int(d), int(warps), int(Bc)); }
+};
+
+struct V7 {
+  static constexpr int rows_per_warp = 16;
+  using Shapes = V7Shapes;
+  template <class T, int D, int W, int C>
+  static auto kernel() { return v7::forward_kernel<T, D, W, C>; }
+  static int64_t smem(int64_t d, int64_t warps, int64_t Bc) { return v7::smem_bytes(int(d), int(warps), int(Bc)); }
 };
 
 // Ver's shapes at head dim d, as (Br, Bc).
@@ -258,8 +274,10 @@ void tc_forward(const fa::AttnProblem& p, fa::DType dtype, const void* Q, const 
     go([](auto t, auto d) { return v4::forward_kernel<decltype(t), decltype(d)::value>; });
   else if (pl.runs == "v5")
     found = dispatch_shape<V5>(pl, p.d, go);
-  else
+  else if (pl.runs == "v6")
     found = dispatch_shape<V6>(pl, p.d, go);
+  else
+    found = dispatch_shape<V7>(pl, p.d, go);
   if (!found)  // plan() checked the shape: unreachable unless the two disagree
     throw Unsupported("--block-q/--block-k", "a compiled shape", std::to_string(pl.Br) + "x" + std::to_string(pl.Bc));
 }
@@ -269,6 +287,7 @@ void tc_forward(const fa::AttnProblem& p, fa::DType dtype, const void* Q, const 
 std::vector<BlockShape> block_shapes(const std::string& kernel, int64_t d) {
   if (kernel == "v5") return shape_list<V5>(d);
   if (kernel == "v6") return shape_list<V6>(d);
+  if (kernel == "v7") return shape_list<V7>(d);
   return {};
 }
 
@@ -279,6 +298,11 @@ BlockShape default_shape(const std::string& kernel, int64_t d) {
   // at d = 64 and 128 x 32 at d = 128 were the fastest everywhere (the guesses before its sweep).
   if (kernel == "v5") return {128, 128};
   if (kernel == "v6") return d <= 64 ? BlockShape{128, 64} : BlockShape{128, 32};
+  // v7: our guess before its sweep was v5's winner, 128 x 128 (two warpgroups). The sweep kept it
+  // at d = 128 (316 TFLOP/s at N = 8192, the next shape 276) and chose 64 x 128 at d = 64 (one
+  // warpgroup: 279 against 252 non-causal at N = 8192; the sum over the four columns 954 against
+  // 128 x 64's 945 and 128 x 128's 877).
+  if (kernel == "v7") return d <= 64 ? BlockShape{64, 128} : BlockShape{128, 128};
   return {0, 0};
 }
 
@@ -290,19 +314,25 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
                       std::to_string(p.d));
   Plan pl;
   pl.runs = kernel;
-  const bool tensor_cores = kernel == "v2" || kernel == "v3" || kernel == "v4" || kernel == "v5" || kernel == "v6";
-  const bool shaped = kernel == "v5" || kernel == "v6";  // takes --block-q/--block-k among its shapes
+  const bool tensor_cores = kernel == "v2" || kernel == "v3" || kernel == "v4" || kernel == "v5" || kernel == "v6" ||
+                            kernel == "v7";
   if (tensor_cores && (dtype == fa::DType::fp32 || (p.d != 64 && p.d != 128))) {
     pl.runs = "v1";
     pl.note = kernel + " runs fp16/bf16 at d = 64 or 128 (tensor cores); ran v1 for " +
               fa::dtype_name(dtype) + " at d = " + std::to_string(p.d);
+  } else if (kernel == "v7") {
+    const int sm = cfg.sm > 0 ? cfg.sm : fa::gpu_compute_capability();
+    if (sm > 0 && sm != 90) {
+      pl.runs = "v5";  // every v7 shape is a v5 shape (V7Shapes)
+      pl.note = "v7 runs on sm_90 only (wgmma); ran v5 on this sm_" + std::to_string(sm) + " GPU";
+    }
   }
   // The knobs mean nothing to the other kernels: refuse them rather than ignore them. v1 takes
-  // all three; v5 and v6 take a block shape they are compiled for (--block-q, --block-k).
-  const bool runs_shaped = shaped && pl.runs == kernel;
+  // all three; v5, v6 and v7 take a block shape they are compiled for (--block-q, --block-k).
+  const bool runs_shaped = pl.runs == "v5" || pl.runs == "v6" || pl.runs == "v7";
   if (pl.runs != "v1" && (cfg.sram_bytes > 0 || ((cfg.Br > 0 || cfg.Bc > 0) && !runs_shaped)))
     throw Unsupported(runs_shaped ? "--sram-bytes" : "--sram-bytes/--block-q/--block-k",
-                      runs_shaped ? "only with v1 (" + kernel + " takes --block-q/--block-k)" : "only with v1, v5 or v6",
+                      runs_shaped ? "only with v1 (" + kernel + " takes --block-q/--block-k)" : "only with v1, v5, v6 or v7",
                       "kernel " + kernel + ", which runs " + pl.runs + " here");
   if (pl.runs == "v2" || pl.runs == "v3" || pl.runs == "v4") {
     pl.Br = 64, pl.Bc = 64;  // v2::Br, v2::Bc; v3 and v4 keep them
@@ -312,21 +342,23 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
                                     : (D == 64 ? v3::smem_bytes<64>() : v3::smem_bytes<128>());
     pl.blocks = p.B * p.H * ceil_div(p.N_q, pl.Br);
   } else if (runs_shaped) {
-    const BlockShape def = default_shape(kernel, p.d);
+    const BlockShape def = default_shape(kernel, p.d);  // v7 -> v5 keeps v7's shape
     pl.Br = cfg.Br > 0 ? cfg.Br : def.Br;
     pl.Bc = cfg.Bc > 0 ? cfg.Bc : def.Bc;
     bool compiled = false;
     std::string list;
-    for (const BlockShape& sh : block_shapes(kernel, p.d)) {
+    for (const BlockShape& sh : block_shapes(kernel, p.d)) {  // v7's, also when v5 runs them
       compiled = compiled || (sh.Br == pl.Br && sh.Bc == pl.Bc);
       list += (list.empty() ? "" : ", ") + std::to_string(sh.Br) + "x" + std::to_string(sh.Bc);
     }
     if (!compiled)
       throw Unsupported("--block-q/--block-k", "a " + kernel + " shape Br x Bc among " + list,
                         std::to_string(pl.Br) + "x" + std::to_string(pl.Bc));
-    const int64_t warps = pl.Br / (kernel == "v5" ? V5::rows_per_warp : V6::rows_per_warp);
+    const int64_t warps = pl.Br / (pl.runs == "v6" ? V6::rows_per_warp : V5::rows_per_warp);  // v7: 16, as v5
     pl.threads = 32 * warps;
-    pl.smem_bytes = kernel == "v5" ? V5::smem(p.d, warps, pl.Bc) : V6::smem(p.d, warps, pl.Bc);
+    pl.smem_bytes = pl.runs == "v5"   ? V5::smem(p.d, warps, pl.Bc)
+                    : pl.runs == "v6" ? V6::smem(p.d, warps, pl.Bc)
+                                      : V7::smem(p.d, warps, pl.Bc);
     pl.blocks = p.B * p.H * ceil_div(p.N_q, pl.Br);
   } else if (pl.runs == "v1") {
     v1_blocks(p, cfg, pl.Br, pl.Bc);

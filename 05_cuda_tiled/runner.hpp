@@ -19,18 +19,20 @@
 
 namespace fa05 {
 
-// Knobs (0 = the default). v1 takes all three; v5 and v6 take Br and Bc among block_shapes().
+// Knobs (0 = the default). v1 takes all three; v5, v6 and v7 take Br and Bc among block_shapes().
 struct Config {
   int64_t sram_bytes = 0;  // v1: M, the shared memory (bytes) the blocks are sized from (default 48 KiB)
   int64_t Br = 0;          // query rows per block (v1 default: from M, FA1 Alg. 1 line 1)
   int64_t Bc = 0;          // key/value rows per block (v1 default: from M)
+  int sm = 0;  // the GPU planned for, compute capability major * 10 + minor (v7 needs 90: wgmma);
+               // 0: the current device's (fa::gpu_compute_capability()), 90 when there is none
 };
 
 // A block shape, rows: Br query rows (16 per warp), Bc keys per K/V block.
 struct BlockShape {
   int64_t Br, Bc;
 };
-// The shapes a version with a choice of block shape (v5, v6) is compiled for at head dim d (its
+// The shapes a version with a choice of block shape (v5, v6, v7) is compiled for at head dim d (its
 // sweep runs them all; empty for the others), and the one it uses by default for d (the sweep's
 // winner).
 std::vector<BlockShape> block_shapes(const std::string& kernel, int64_t d);
@@ -56,9 +58,10 @@ struct Unsupported : fa::InputError {
   using fa::InputError::InputError;
 };
 
-// How a kernel runs a problem. Pure host arithmetic: no GPU needed (tested in CI).
+// How a kernel runs a problem. Host arithmetic: no GPU needed (tested in CI); for v7 it asks the
+// current device's compute capability unless Config::sm gives one.
 struct Plan {
-  std::string runs;             // the kernel that runs: the one asked for, or v1 where it cannot
+  std::string runs;             // the kernel that runs: the one asked for, or v1 (v5 for v7) where it cannot
   std::string note;             // why it fell back ("" if it did not)
   int64_t Br = 0, Bc = 0;       // block sizes, rows
   int64_t threads = 0;          // threads per thread block of the main kernel
@@ -74,8 +77,9 @@ inline constexpr int64_t kMaxSmemSm90 = 227 * 1024;
 // Throws fa::InputError for an invalid problem (fa::validate) and Unsupported for one the kernel
 // cannot run (d > max_d, blocks whose shared memory exceeds kMaxSmemSm90, a grid past 2^31 - 1
 // blocks, a block shape it is not compiled for, a knob the kernel does not take); the message
-// names the flag. The tensor-core versions (v2 ... v6) run fp16/bf16 at d = 64 and 128; for anything
-// else they fall back to v1, and the plan says so (runs, note).
+// names the flag. The tensor-core versions (v2 ... v7) run fp16/bf16 at d = 64 and 128; for anything
+// else they fall back to v1, and the plan says so (runs, note). v7 (wgmma) runs on sm_90 only; on
+// another GPU it falls back to v5 at the same block shape, and says so.
 Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const Config& cfg = {});
 
 // Throws fa::InputError unless Q, K, V, O are aligned to the dtype's element size and LSE to 4

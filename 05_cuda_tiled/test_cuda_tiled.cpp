@@ -48,8 +48,8 @@ TEST_CASE("05 v2 (tensor cores): conformance battery in fp16 and bf16 (and fp32 
   }
 }
 
-TEST_CASE("05 v3, v4, v5, v6: conformance battery in fp16 and bf16") {
-  for (const char* k : {"v3", "v4", "v5", "v6"})
+TEST_CASE("05 v3 ... v7: conformance battery in fp16 and bf16") {
+  for (const char* k : {"v3", "v4", "v5", "v6", "v7"})
     for (fa::DType t : {fa::DType::fp16, fa::DType::bf16}) {
       INFO(k << " dtype " << std::string(fa::dtype_name(t)));
       fa::check_forward_battery(stage_05_forward(k, t), false, storage(k, t));
@@ -79,8 +79,9 @@ TEST_CASE("05 ragged v3: N_q != N_k, causal, GQA at d = 64 and 128, fp16 and bf1
 TEST_CASE("05 ragged v4: N_q != N_k, causal, GQA at d = 64 and 128, fp16 and bf16") { check_ragged("v4"); }
 TEST_CASE("05 ragged v5: N_q != N_k, causal, GQA at d = 64 and 128, fp16 and bf16") { check_ragged("v5"); }
 TEST_CASE("05 ragged v6: N_q != N_k, causal, GQA at d = 64 and 128, fp16 and bf16") { check_ragged("v6"); }
+TEST_CASE("05 ragged v7: N_q != N_k, causal, GQA at d = 64 and 128, fp16 and bf16") { check_ragged("v7"); }
 
-// Every block shape v5 and v6 are compiled for (the sweep's candidates), not only the default
+// Every block shape v5, v6 and v7 are compiled for (the sweep's candidates), not only the default
 // one, with N around 32, 64, 128 and 256.
 void check_shapes(const char* k) {
   const int64_t sizes[][2] = {{1, 1},     {17, 17},   {31, 33},  {63, 65},  {127, 129},
@@ -101,6 +102,7 @@ void check_shapes(const char* k) {
 
 TEST_CASE("05 v5: every compiled block shape, ragged and causal, bf16") { check_shapes("v5"); }
 TEST_CASE("05 v6: every compiled block shape, ragged and causal, bf16") { check_shapes("v6"); }
+TEST_CASE("05 v7: every compiled block shape, ragged and causal, bf16") { check_shapes("v7"); }
 
 TEST_CASE("05 cublas (materialised baseline): conformance battery in fp32, fp16 and bf16") {
   for (fa::DType t : kDtypes) {

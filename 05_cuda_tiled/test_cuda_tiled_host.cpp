@@ -196,6 +196,47 @@ TEST_CASE("05 plan: v3, v4 double-buffer K and V; v5, v6 take a compiled shape, 
   CHECK_THROWS_AS(fa05::plan("v4", fa::make_problem(1, 1, 1, 64, 64, 64, false), fa::DType::bf16, knob), fa05::Unsupported);
 }
 
+TEST_CASE("05 plan: v7 takes whole warpgroups and 64-key tiles, swizzled K/V; off sm_90 it runs v5") {
+  fa05::Config hopper;
+  hopper.sm = 90;
+  for (int64_t d : {64, 128}) {
+    REQUIRE(fa05::block_shapes("v7", d).size() == 4);
+    for (const fa05::BlockShape& sh : fa05::block_shapes("v7", d)) {
+      INFO("d " << d << " shape " << sh.Br << "x" << sh.Bc);
+      CHECK(sh.Br % 64 == 0);  // 16 rows per warp, whole warpgroups of 4 warps
+      CHECK(sh.Bc % 64 == 0);  // whole m64n64k16 tiles of keys
+      fa05::Config cfg = hopper;
+      cfg.Br = sh.Br, cfg.Bc = sh.Bc;
+      const fa05::Plan pl = fa05::plan("v7", fa::make_problem(2, 4, 2, 1000, 300, d, true), fa::DType::bf16, cfg);
+      CHECK(pl.runs == "v7");
+      CHECK(pl.note.empty());
+      CHECK(pl.threads == 32 * sh.Br / 16);
+      CHECK(pl.blocks == 2 * 4 * ((1000 + sh.Br - 1) / sh.Br));
+      // two K and two V tiles, swizzled (no padding), Q_i padded, 1024 bytes to align the tiles
+      CHECK(pl.smem_bytes == 4 * sh.Bc * d * 2 + sh.Br * (d + 8) * 2 + 1024);
+      CHECK(pl.smem_bytes <= fa05::kMaxSmemSm90);
+      // on an A100 (sm_80): v5 at the same shape, and the note says why
+      fa05::Config ampere = cfg;
+      ampere.sm = 80;
+      const fa05::Plan fb = fa05::plan("v7", fa::make_problem(2, 4, 2, 1000, 300, d, true), fa::DType::bf16, ampere);
+      CHECK(fb.runs == "v5");
+      CHECK(fb.Br == sh.Br);
+      CHECK(fb.Bc == sh.Bc);
+      CHECK(fb.note.find("sm_80") != std::string::npos);
+    }
+    const fa05::Plan def = fa05::plan("v7", fa::make_problem(1, 2, 2, 500, 500, d, false), fa::DType::bf16, hopper);
+    CHECK(def.Br == fa05::default_shape("v7", d).Br);
+    CHECK(def.Bc == fa05::default_shape("v7", d).Bc);
+  }
+  // fp32 and other head dims: v1, as for every tensor-core version
+  CHECK(fa05::plan("v7", fa::make_problem(1, 1, 1, 64, 64, 64, false), fa::DType::fp32, hopper).runs == "v1");
+  CHECK(fa05::plan("v7", fa::make_problem(1, 1, 1, 64, 64, 96, false), fa::DType::bf16, hopper).runs == "v1");
+  fa05::Config narrow = hopper;
+  narrow.Br = 128, narrow.Bc = 32;  // a v5 shape, not a v7 one
+  CHECK_THROWS_WITH_AS(fa05::plan("v7", fa::make_problem(1, 1, 1, 64, 64, 64, false), fa::DType::bf16, narrow),
+                       doctest::Contains("--block-q/--block-k"), fa05::Unsupported);
+}
+
 TEST_CASE("05 plan: the cuBLAS baseline's workspace is S (float32) and P (in 16 bits)") {
   const fa::AttnProblem p = fa::make_problem(2, 8, 2, 300, 500, 64, true);
   const int64_t nxn = 2 * 8 * 300 * 500;

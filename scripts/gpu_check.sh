@@ -80,7 +80,7 @@ if has sanitize; then
   # Small ragged problems: N_q != N_k, causal with rows that see no key, GQA, odd d.
   # Every kernel on two shapes (d = 64 and 128, where v2 ... v5 run themselves), v1 also at an
   # odd head dim.
-  # Shapes 3 and 4 have more than three K/V blocks of 128 keys, so the double buffers of v3 ... v6
+  # Shapes 3 and 4 have more than three K/V blocks of 128 keys, so the double buffers of v3 ... v7
   # are refilled under racecheck; shape 3 (d = 128) takes stage 06's GPU backward to 32-row blocks.
   shapes=("--batch 2 --heads 4 --kv-heads 2 --seq-q 77 --seq-k 45 --head-dim 64 --causal"
           "--batch 1 --heads 2 --kv-heads 1 --seq-q 33 --seq-k 130 --head-dim 128"
@@ -89,7 +89,7 @@ if has sanitize; then
           "--batch 1 --heads 2 --kv-heads 2 --seq-q 260 --seq-k 520 --head-dim 64")
   for tool in memcheck racecheck synccheck initcheck; do
     for kd in ${SANITIZE_KERNELS:-v1:fp32:0,1,2 v1:bf16:0,1,2 v2:bf16:0,1 v2:fp16:0,1 v3:bf16:0,1,3,4 \
-      v4:bf16:0,1,3,4 v5:bf16:0,1,3,4 v5:fp16:0,1 v6:bf16:0,1,3,4 v6:fp16:0,1 cublas:fp32:0,1 cublas:bf16:0,1}; do
+      v4:bf16:0,1,3,4 v5:bf16:0,1,3,4 v5:fp16:0,1 v6:bf16:0,1,3,4 v6:fp16:0,1 v7:bf16:0,1,3,4 v7:fp16:0,1 cublas:fp32:0,1 cublas:bf16:0,1}; do
       IFS=: read -r k dt idx <<<"$kd"
       for i in ${idx//,/ }; do
         NOTE="(ERROR|RACECHECK) SUMMARY" step "san_${tool}_${k}_${dt}_$i" 300 compute-sanitizer --tool $tool --error-exitcode 9 \
@@ -101,9 +101,9 @@ if has sanitize; then
   # shape 3 has four key blocks of 128, so gpu_v2_det's turns pass along a chain). The
   # deterministic variant's spin-wait only under memcheck, with a shorter limit.
   for tool in ${SANITIZE_BWD-memcheck racecheck synccheck initcheck}; do
-    for kd in ${SANITIZE_BWD_KERNELS:-gpu_v1:fp32:0,2,3 gpu_v2:bf16:0,1,3,4 gpu_v2:fp16:0 gpu_v2_det:bf16:3}; do
+    for kd in ${SANITIZE_BWD_KERNELS:-gpu_v1:fp32:0,2,3 gpu_v2:bf16:0,1,3,4 gpu_v2:fp16:0 gpu_v3:bf16:1,3 gpu_v2_det:bf16:3 gpu_v3_det:bf16:3}; do
       IFS=: read -r k dt idx <<<"$kd"
-      [ "$k" = gpu_v2_det ] && [ "$tool" != memcheck ] && continue
+      [[ "$k" == *_det ]] && [ "$tool" != memcheck ] && continue
       for i in ${idx//,/ }; do
         NOTE="(ERROR|RACECHECK) SUMMARY" step "san_${tool}_bwd_${k}_${dt}_$i" 150 compute-sanitizer --tool $tool \
           --error-exitcode 9 $BUILD/06_backward_recompute/06_backward_recompute --device gpu --dtype $dt \
@@ -133,11 +133,11 @@ if has ncu; then
     $BIN/05_cuda_tiled --kernel v1 --dtype bf16 --batch 4 --heads 32 --seq-q 4096 --head-dim 64 --no-check
   step ncu_v2 300 ncu --clock-control none --set detailed -k regex:forward_kernel -c 1 \
     $BIN/05_cuda_tiled --kernel v2 --dtype bf16 --batch 4 --heads 32 --seq-q 4096 --head-dim 64 --no-check
-  for k in v4 v5; do
+  for k in v4 v5 v7; do
     step ncu_$k 300 ncu --clock-control none --set detailed -k regex:forward_kernel -c 1 \
       $BIN/05_cuda_tiled --kernel $k --dtype bf16 --batch 4 --heads 32 --seq-q 4096 --head-dim 64 --no-check
   done
-  for k in v5 v6; do
+  for k in v5 v6 v7; do
     step ncu_${k}_d128 300 ncu --clock-control none --set detailed -k regex:forward_kernel -c 1 \
       $BIN/05_cuda_tiled --kernel $k --dtype bf16 --batch 2 --heads 16 --seq-q 8192 --head-dim 128 --no-check
   done

@@ -1,6 +1,7 @@
 // The only kernel code the versions share: thin wrappers around a few PTX instructions, so each
 // kernel file reads as the algorithm. PTX ISA reference: "Warp-level matrix instructions"
-// (mma.sync m16n8k16, ldmatrix), "Data movement" (cp.async) and "Floating-point" (ex2.approx).
+// (mma.sync m16n8k16, ldmatrix), "Data movement" (cp.async) and "Floating-point" (ex2.approx);
+// at the end, Hopper's wgmma (v7).
 //
 // The mma.sync m16n8k16 fragments (per warp of 32 lanes; g = lane / 4, t = lane % 4):
 //   A (16 x 16, row-major)  a[0]: row g,   cols 2t, 2t+1       a[1]: row g+8, cols 2t, 2t+1
@@ -13,6 +14,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace fa05::ptx {
 
@@ -106,6 +108,103 @@ __device__ __forceinline__ float ex2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
+}
+
+// ---- Hopper (sm_90a): wgmma, the warpgroup's asynchronous matrix multiply (PTX ISA, "Asynchronous
+// Warpgroup Level Matrix Multiply-Accumulate Instructions"). Four consecutive warps (a warpgroup,
+// the first warp index divisible by 4) issue one wgmma together. Used by v7 (v7_wgmma.cuh).
+//
+// The register layouts are mma.sync's, stacked: in m64nNk16 warp w of the warpgroup owns rows
+// 16w .. 16w+15 of the 64, its A registers are exactly the m16n8k16 A fragment of those rows, and
+// its accumulator for the n8 tile i is d[i][0..3] laid out as the m16n8 C fragment above. So S's
+// accumulators still turn into P's A registers lane for lane (v2), and the softmax code is v5's.
+// B is not in registers: the tensor cores read it from shared memory, described by a 64-bit
+// matrix descriptor (below); no ldmatrix, no registers for B.
+
+// The shared-memory matrix descriptor ("Matrix Descriptor Format"), for a tile stored in the
+// 128-byte swizzle: rows of 128 bytes (64 16-bit values), 8 rows = one 1024-byte atom whose 16-byte
+// chunk c of row r sits at chunk c ^ (r % 8) (the layout v7's copy writes), atoms 1024-byte
+// aligned. Fields (bytes >> 4): start address (bits 0-13), leading byte offset (16-29), stride
+// byte offset (32-45: from one group of 8 rows to the next, 1024 here), swizzle mode (62-63: 1 =
+// 128 bytes). The leading offset steps between 64-element column atoms, which no v7 wgmma
+// crosses (N = 64, K = 16); it is set to the row group stride all the same.
+__device__ __forceinline__ uint64_t smem_desc_sw128(const void* tile) {
+  const auto a = static_cast<uint32_t>(__cvta_generic_to_shared(tile));
+  const uint64_t enc_addr = (a & 0x3FFFF) >> 4, enc_1024 = 1024 >> 4;
+  return enc_addr | (enc_1024 << 16) | (enc_1024 << 32) | (uint64_t(1) << 62);
+}
+
+// Makes this thread's earlier writes to shared memory (stores, completed cp.async) visible to
+// the async proxy, through which wgmma reads its B operand; a barrier after it then publishes
+// them to the warpgroup (PTX ISA, "Memory Consistency Model", proxies).
+__device__ __forceinline__ void fence_proxy_async() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
+// Orders this thread's earlier register writes (the accumulators, A) before the next wgmma reads
+// them; required before the first wgmma after registers changed ("wgmma.fence").
+// (The build also makes sm_80 code, where wgmma does not exist: there these compile to nothing
+// and wgmma_m64n64k16 to a trap; the runner never launches v7 on such a GPU.)
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define FA05_WGMMA(...) asm volatile(__VA_ARGS__)
+#else
+#define FA05_WGMMA(...) (void)0
+#endif
+__device__ __forceinline__ void wgmma_fence() { FA05_WGMMA("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+// Closes the group of wgmma issued since the last commit.
+__device__ __forceinline__ void wgmma_commit() { FA05_WGMMA("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+// Waits until at most N committed groups are in flight.
+template <int N>
+__device__ __forceinline__ void wgmma_wait() { FA05_WGMMA("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+// An empty asm that claims to rewrite r: it pins r's value to this point of the program. The
+// compiler sees a wgmma's outputs as ready when the wgmma asm is issued and its inputs as read
+// then, so without pins it may move other code across wgmma_fence / wgmma_wait: writes to r
+// (zeroing S, rescaling O, packing P) below the fence, or reads of the results above the wait.
+// Called on the accumulators and A registers before wgmma_fence and after wgmma_wait.
+__device__ __forceinline__ void wgmma_pin(float (&r)[8][4]) {
+  for (int n = 0; n < 8; ++n)
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(r[n][e])::"memory");
+}
+__device__ __forceinline__ void wgmma_pin(uint32_t (&r)[4]) {
+  for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(r[e])::"memory");
+}
+
+// d (64 x 64, fp32) += A (64 x 16, T, in registers: this warp's 16 rows as an m16n8k16 A fragment)
+// times B (16 x 64, T, in shared memory by descriptor). kTransB = 0: B is stored "K-major", each
+// of its 64 columns a 16-element row of the tile (K_j as [key][dim] for S = Q K^T); kTransB = 1:
+// B is stored "MN-major", each of its 16 rows a 64-element row of the tile (V_j as [key][dim] for
+// O += P V). Issued, not finished: see wgmma_commit / wgmma_wait.
+template <class T, int kTransB>
+__device__ __forceinline__ void wgmma_m64n64k16(float (&d)[8][4], const uint32_t (&a)[4], uint64_t desc_b) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, 1, 1, 1, %37;\n"
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+                   "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+                   "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+                   "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+                   "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+                   "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+                   "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+                   "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(kTransB));
+  else
+    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, 1, 1, 1, %37;\n"
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+                   "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+                   "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+                   "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+                   "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+                   "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+                   "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+                   "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(kTransB));
+#else
+  (void)d, (void)a, (void)desc_b;
+  __trap();  // wgmma exists only on sm_90a; the runner never launches v7 elsewhere
+#endif
 }
 
 }  // namespace fa05::ptx

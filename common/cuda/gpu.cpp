@@ -75,4 +75,13 @@ long long gpu_smem_optin_bytes() {
   return bytes;
 }
 
+int gpu_compute_capability() {
+  int dev = 0, major = 0, minor = 0;
+  if (!gpu_available() || cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+    return -1;
+  return major * 10 + minor;
+}
+
 }  // namespace fa

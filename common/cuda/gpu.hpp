@@ -24,4 +24,8 @@ long long gpu_free_bytes();
 // H100/H200, 163 KiB on an A100); -1 if unknown.
 long long gpu_smem_optin_bytes();
 
+// Compute capability of the current device as major * 10 + minor (90 on an H100/H200, 80 on an
+// A100); -1 if unknown.
+int gpu_compute_capability();
+
 }  // namespace fa
