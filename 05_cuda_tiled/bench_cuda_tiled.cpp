@@ -7,7 +7,7 @@
 //                            the practical peak of the dtype on this GPU, measured
 //   BM_attn/kernel:dtype/... one forward of runner.hpp's kernel
 //   BM_v1_sram/...           v1 at several shared-memory budgets M (the block-size sweep)
-//   BM_shape/...             v5 and v6 (bf16) at each compiled block shape Br x Bc (the sweeps
+//   BM_shape/...             v5, v6, v7 (bf16) at each compiled block shape Br x Bc (the sweeps
 //                            behind their default shapes)
 // Counters: TFLOP/s (forward 4*B*H*N_q*N_k*d, halved for causal, FlashAttention's convention),
 //   pct_peak (of the datasheet's dense peak: fp32 66.9, bf16 989.4 TFLOP/s for the H100/H200 SXM),
@@ -119,7 +119,7 @@ void BM_v1_sram(benchmark::State& state) {
   time_forward(state, "v1", fa::DType(state.range(1)), paper_problem(state.range(2), state.range(3), state.range(4) != 0), cfg);
 }
 
-// v5 and v6 at each compiled block shape: the sweeps behind fa05::default_shape().
+// v5, v6 and v7 at each compiled block shape: the sweeps behind fa05::default_shape().
 // Args: kernel index, Br, Bc, N, d, causal.
 void BM_shape(benchmark::State& state) {
   fa05::Config cfg;

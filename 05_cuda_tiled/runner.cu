@@ -221,7 +221,7 @@ std::vector<BlockShape> shape_list(int64_t d) {
   return shape_list<Ver>(d, static_cast<typename Ver::Shapes*>(nullptr));
 }
 
-// Launches a tensor-core kernel (v2 ... v6) for the dtype and head dim of the problem:
+// Launches a tensor-core kernel (v2 ... v7) for the dtype and head dim of the problem:
 // make(T, D) returns the kernel function for T = __half/__nv_bfloat16, D = 64/128.
 template <class Make>
 void tc_launch(const fa::AttnProblem& p, fa::DType dtype, const void* Q, const void* K, const void* V,
@@ -299,9 +299,9 @@ BlockShape default_shape(const std::string& kernel, int64_t d) {
   if (kernel == "v5") return {128, 128};
   if (kernel == "v6") return d <= 64 ? BlockShape{128, 64} : BlockShape{128, 32};
   // v7: our guess before its sweep was v5's winner, 128 x 128 (two warpgroups). The sweep kept it
-  // at d = 128 (316 TFLOP/s at N = 8192, the next shape 276) and chose 64 x 128 at d = 64 (one
-  // warpgroup: 279 against 252 non-causal at N = 8192; the sum over the four columns 954 against
-  // 128 x 64's 945 and 128 x 128's 877).
+  // at d = 128 (320 TFLOP/s at N = 8192, the next shape 275) and chose 64 x 128 at d = 64 (one
+  // warpgroup: 280 against 249 non-causal at N = 8192; summed over the sweep's four d = 64
+  // columns 962, against 128 x 64's 950 and 128 x 128's 877; 128 x 64 wins the causal columns).
   if (kernel == "v7") return d <= 64 ? BlockShape{64, 128} : BlockShape{128, 128};
   return {0, 0};
 }

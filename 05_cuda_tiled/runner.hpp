@@ -84,7 +84,7 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
 
 // Throws fa::InputError unless Q, K, V, O are aligned to the dtype's element size and LSE to 4
 // bytes, and Unsupported unless they are 16-byte aligned where pl runs a tensor-core version
-// (v2 ... v6). No CUDA call.
+// (v2 ... v7). No CUDA call.
 void check_alignment(const Plan& pl, fa::DType dtype, const void* Q, const void* K, const void* V,
                      const void* O, const float* LSE);
 

@@ -2,8 +2,8 @@
 //   - the conformance battery for every kernel in fp32, fp16 and bf16 (common/conformance.hpp;
 //     v3 ... v6 in fp16 and bf16, where they run themselves)
 //   - v1 at block shapes that do not divide N, at tiny and huge blocks, at head dims 1 .. 256
-//   - every tensor-core version (v2 ... v6) at ragged sizes around its blocks, d = 64 and 128;
-//     v5 and v6 at every block shape they are compiled for
+//   - every tensor-core version (v2 ... v7) at ragged sizes around its blocks, d = 64 and 128;
+//     v5, v6 and v7 at every block shape they are compiled for
 //   - determinism (a race shows as a result that moves between runs)
 //   - offsets past 2^31 elements
 //   - the measured extra GPU memory against the plan (0 for v1, S and P for cuBLAS)
@@ -148,7 +148,7 @@ TEST_CASE("05: a problem a kernel cannot run is refused before the GPU runs") {
 }
 
 TEST_CASE("05: every kernel gives bit-identical results run after run (no race)") {
-  // d = 72: v1's odd layout (v2 ... v6 run v1 there); d = 64 and 128: the tensor-core kernels.
+  // d = 72: v1's odd layout (v2 ... v7 run v1 there); d = 64 and 128: the tensor-core kernels.
   for (const fa::AttnProblem& p : {fa::make_problem(2, 4, 2, 301, 257, 72, true), fa::make_problem(2, 4, 2, 301, 257, 64, true),
                                    fa::make_problem(1, 4, 1, 200, 333, 128, false)}) {
     const fa::Inputs in = fa::random_inputs(p, 11);

@@ -15,7 +15,7 @@ KINDs:
   sram:docs/results/bench_05_cuda_tiled.json        v1 across shared-memory budgets M
   versions:docs/results/compare_torch_05.json:8192  the path v1 -> v5: each version's TFLOP/s and
                                                     its ratio to SDPA flash at N = ARG, bf16
-  shape:docs/results/bench_05_cuda_tiled.json:v5    the block-shape sweep of v5 or v6 (BM_shape)
+  shape:docs/results/bench_05_cuda_tiled.json:v5    the block-shape sweep of v5, v6 or v7 (BM_shape)
   bwd:docs/results/bench_06_backward_gpu.json:docs/results/compare_torch_bwd.json
                                                     stage 06's GPU backwards (their benchmark)
                                                     beside SDPA's backward (compare_torch.py
@@ -36,7 +36,7 @@ from bench_tables import rewrite_readmes  # the README walk, shared (same folder
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BLOCK = re.compile(r"(<!-- gpu:(?P<kind>\w+):(?P<src>[^ :]+)(?::(?P<arg>[^ ]+))? -->\n)(?P<body>.*?)(<!-- /gpu -->)", re.S)
-VERSIONS = ["fa05 v1", "fa05 v2", "fa05 v3", "fa05 v4", "fa05 v5", "fa05 v6"]
+VERSIONS = ["fa05 v1", "fa05 v2", "fa05 v3", "fa05 v4", "fa05 v5", "fa05 v6", "fa05 v7"]
 IMPLS = VERSIONS + ["fa05 cublas", "sdpa flash", "sdpa cudnn", "sdpa efficient", "sdpa math"]
 
 
@@ -175,7 +175,7 @@ def shape_table(src, kernel, link):
     for b in rows:
         a = args(b["name"])
         tf[(a["Br"], a["Bc"], a["d"], a["causal"], a["N"])] = b["TFLOP/s"]
-    rows_per_warp = 16 if kernel == "v5" else 32
+    rows_per_warp = 32 if kernel == "v6" else 16  # v5, v7: 16 rows per warp
     out = ["| Br x Bc | warps | " + " | ".join(f"d={d} {'c' if c else 'nc'} N={n}" for d, c, n in cols) + " |",
            "|---|---:|" + "---:|" * len(cols)]
     for br, bc in shapes:

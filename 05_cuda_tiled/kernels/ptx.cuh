@@ -127,7 +127,8 @@ __device__ __forceinline__ float ex2(float x) {
 // aligned. Fields (bytes >> 4): start address (bits 0-13), leading byte offset (16-29), stride
 // byte offset (32-45: from one group of 8 rows to the next, 1024 here), swizzle mode (62-63: 1 =
 // 128 bytes). The leading offset steps between 64-element column atoms, which no v7 wgmma
-// crosses (N = 64, K = 16); it is set to the row group stride all the same.
+// crosses (B of N = 64 or 128 K-major columns, or of 16 rows of 64 for V); it is set to the row
+// group stride all the same.
 __device__ __forceinline__ uint64_t smem_desc_sw128(const void* tile) {
   const auto a = static_cast<uint32_t>(__cvta_generic_to_shared(tile));
   const uint64_t enc_addr = (a & 0x3FFFF) >> 4, enc_1024 = 1024 >> 4;
@@ -146,7 +147,7 @@ __device__ __forceinline__ void fence_proxy_async() {
 // Orders this thread's earlier register writes (the accumulators, A) before the next wgmma reads
 // them; required before the first wgmma after registers changed ("wgmma.fence").
 // (The build also makes sm_80 code, where wgmma does not exist: there these compile to nothing
-// and wgmma_m64n64k16 to a trap; the runner never launches v7 on such a GPU.)
+// and wgmma_m64nNk16 to a trap; the runner never launches v7 on such a GPU.)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define FA05_WGMMA(...) asm volatile(__VA_ARGS__)
 #else
@@ -163,48 +164,48 @@ __device__ __forceinline__ void wgmma_wait() { FA05_WGMMA("wgmma.wait_group.sync
 // then, so without pins it may move other code across wgmma_fence / wgmma_wait: writes to r
 // (zeroing S, rescaling O, packing P) below the fence, or reads of the results above the wait.
 // Called on the accumulators and A registers before wgmma_fence and after wgmma_wait.
-__device__ __forceinline__ void wgmma_pin(float (&r)[8][4]) {
-  for (int n = 0; n < 8; ++n)
+template <int N>
+__device__ __forceinline__ void wgmma_pin(float (&r)[N][4]) {
+  for (int n = 0; n < N; ++n)
     for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(r[n][e])::"memory");
 }
 __device__ __forceinline__ void wgmma_pin(uint32_t (&r)[4]) {
   for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(r[e])::"memory");
 }
 
-// d (64 x 64, fp32) += A (64 x 16, T, in registers: this warp's 16 rows as an m16n8k16 A fragment)
-// times B (16 x 64, T, in shared memory by descriptor). kTransB = 0: B is stored "K-major", each
-// of its 64 columns a 16-element row of the tile (K_j as [key][dim] for S = Q K^T); kTransB = 1:
-// B is stored "MN-major", each of its 16 rows a 64-element row of the tile (V_j as [key][dim] for
-// O += P V). Issued, not finished: see wgmma_commit / wgmma_wait.
-template <class T, int kTransB>
-__device__ __forceinline__ void wgmma_m64n64k16(float (&d)[8][4], const uint32_t (&a)[4], uint64_t desc_b) {
+// d (64 x N, fp32) += A (64 x 16, T, in registers: this warp's 16 rows as an m16n8k16 A fragment)
+// times B (16 x N, T, in shared memory by descriptor), N = 64 or 128; d[i] is the n8 tile i.
+// kTransB = 0: B is stored "K-major", each of its N columns a 16-element row of the tile (K_j as
+// [key][dim] for S = Q K^T); kTransB = 1: B is stored "MN-major", each of its 16 rows an
+// N-element row of the tile (V_j as [key][dim] for O += P V). Issued, not finished: see
+// wgmma_commit / wgmma_wait. (FA05_D4(i): the four accumulators of n8 tile i as asm operands.)
+#define FA05_D4(i) "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])
+template <class T, int N, int kTransB>
+__device__ __forceinline__ void wgmma_m64nNk16(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t desc_b) {
+  static_assert(N == 64 || N == 128, "the two widths v7 uses");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+  constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
+  if constexpr (N == 64 && bf16)
     asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, 1, 1, 1, %37;\n"
-                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
-                   "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
-                   "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-                   "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
-                   "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
-                   "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-                   "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
-                   "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(kTransB));
-  else
+                   : FA05_D4(0), FA05_D4(1), FA05_D4(2), FA05_D4(3), FA05_D4(4), FA05_D4(5), FA05_D4(6), FA05_D4(7)
+                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(kTransB));
+  else if constexpr (N == 64)
     asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, 1, 1, 1, %37;\n"
-                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
-                   "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
-                   "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
-                   "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
-                   "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
-                   "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-                   "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
-                   "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(kTransB));
+                   : FA05_D4(0), FA05_D4(1), FA05_D4(2), FA05_D4(3), FA05_D4(4), FA05_D4(5), FA05_D4(6), FA05_D4(7)
+                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(kTransB));
+  else if constexpr (bf16)
+    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, 1, 1, 1, %69;\n"
+                   : FA05_D4(0), FA05_D4(1), FA05_D4(2), FA05_D4(3), FA05_D4(4), FA05_D4(5), FA05_D4(6), FA05_D4(7), FA05_D4(8), FA05_D4(9), FA05_D4(10), FA05_D4(11), FA05_D4(12), FA05_D4(13), FA05_D4(14), FA05_D4(15)
+                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(kTransB));
+  else
+    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, 1, 1, 1, %69;\n"
+                   : FA05_D4(0), FA05_D4(1), FA05_D4(2), FA05_D4(3), FA05_D4(4), FA05_D4(5), FA05_D4(6), FA05_D4(7), FA05_D4(8), FA05_D4(9), FA05_D4(10), FA05_D4(11), FA05_D4(12), FA05_D4(13), FA05_D4(14), FA05_D4(15)
+                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(kTransB));
 #else
   (void)d, (void)a, (void)desc_b;
   __trap();  // wgmma exists only on sm_90a; the runner never launches v7 elsewhere
 #endif
 }
+#undef FA05_D4
 
 }  // namespace fa05::ptx

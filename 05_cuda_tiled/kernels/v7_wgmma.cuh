@@ -2,8 +2,9 @@
 // v5_shape.cuh: the loop, the softmax and the block shapes are v5's; the two products change.
 //
 //   v5                                              v7
-//   mma.sync m16n8k16, per warp: 16 x 8 outputs     wgmma m64n64k16, per warpgroup (4 warps):
-//   per instruction, operands in registers          64 x 64 outputs per instruction
+//   mma.sync m16n8k16, per warp: 16 x 8 outputs     wgmma m64nNk16, per warpgroup (4 warps):
+//   per instruction, operands in registers          64 x Bc outputs of S, 64 x 64 of O per
+//                                                   instruction
 //   K_j, V_j fragments: ldmatrix into registers     K_j, V_j read by the tensor cores straight
 //   before every mma (136 LDSM per block at         from shared memory (a descriptor, no LDSM,
 //   d = 128)                                        no registers for B)
@@ -13,16 +14,16 @@
 //
 // Why: on the H200 v5 used only 36 % of issue slots and its tensor pipe 42 % (ncu, README): the
 // warps wait on chains of small mma and on the ldmatrix feeding them. Hopper's tensor cores are
-// built around wgmma (the FlashAttention-3 paper, Shah et al. 2024, Sec. 2.2, puts mma.sync at
-// about two thirds of the H100's peak): one instruction does the work of 32 mma.sync for the 4
-// warps, and B no longer passes through registers. Q (A of S = Q K^T) and P (A of O += P V) stay
-// in registers, exactly as in v5: wgmma's A-from-registers layout is mma.sync's.
+// built around wgmma (FlashAttention-3, Shah et al. 2024, opens on FlashAttention-2 reaching only
+// 35 % of the H100's peak with mma.sync): one m64n64k16 does the work of 32 mma.sync m16n8k16
+// for the 4 warps, and B no longer passes through registers. Q (A of S = Q K^T) and P (A of
+// O += P V) stay in registers as in v5: wgmma's A-from-registers layout is mma.sync's.
 //
 // Not here yet (FlashAttention-3's other steps): TMA bulk copies, warp specialisation
 // (producer warps), and overlapping one block's softmax with the next block's wgmma.
 //
 // Supports T = __half or __nv_bfloat16, D = 64 or 128, kWarps a multiple of 4, Bc a multiple of
-// 64; runs only on sm_90a (the runner refuses it elsewhere).
+// 64; runs only on sm_90a (elsewhere the runner runs v5 at the same shape).
 #pragma once
 #include <cstdint>
 
@@ -131,9 +132,9 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
     ptx::cp_async_commit();  // an empty group on the last block: the wait above stays uniform
 
     // S = Q_i K_j^T (line 8), one warpgroup for 64 rows: s[n] is this warp's 16 x 8 fragment of
-    // keys 8n .. 8n+7, as in v5. Each wgmma makes 64 keys from 16 dims; K_j's 64-key slab n and
-    // 16-dim step k start at key 64n, dim 16k of the swizzled tile (inside a 128-byte row the
-    // step is a plain byte offset: the hardware applies the XOR to the address it computes).
+    // keys 8n .. 8n+7, as in v5. Each wgmma makes all Bc keys from 16 dims; dim step k starts at
+    // dim 16k of the swizzled tile (inside a 128-byte row the step is a plain byte offset: the
+    // hardware applies the XOR to the address it computes).
     // Q_i's A registers are read again from shared memory for every block, where v5 held them for
     // the whole kernel. Held across the loop, they were overwritten: in the SASS of the d = 64,
     // Bc = 64 build, ptxas gave Q's registers to the mask arithmetic right after the first
@@ -144,15 +145,13 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
     for (int k = 0; k < D / 16; ++k)
       ptx::ldmatrix_x4(q[k], Qi + (warp * 16 + lane % 8 + (lane / 8 % 2) * 8) * P + k * 16 + lane / 16 * 8);
     float s[Bc / 8][4] = {};
-    float(*s64)[8][4] = reinterpret_cast<float(*)[8][4]>(s);  // s64[n]: the 64-key slab n of s
-    for (int n = 0; n < Bc / 64; ++n) ptx::wgmma_pin(s64[n]);
+    ptx::wgmma_pin(s);
     ptx::wgmma_fence();
     for (int k = 0; k < D / 16; ++k)
-      for (int n = 0; n < Bc / 64; ++n)
-        ptx::wgmma_m64n64k16<T, 0>(s64[n], q[k], ptx::smem_desc_sw128(Kj + (k / 4) * Bc * 64 + n * 64 * 64 + (k % 4) * 16));
+      ptx::wgmma_m64nNk16<T, Bc, 0>(s, q[k], ptx::smem_desc_sw128(Kj + (k / 4) * Bc * 64 + (k % 4) * 16));
     ptx::wgmma_commit();
     ptx::wgmma_wait<0>();
-    for (int n = 0; n < Bc / 64; ++n) ptx::wgmma_pin(s64[n]);
+    ptx::wgmma_pin(s);
 
     // Mask only the blocks that need it (the last, ragged one past N_k, and those the causal
     // diagonal crosses): -inf, which ex2() turns into exactly 0. seen[r]: how many of this
@@ -208,7 +207,7 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
     ptx::wgmma_fence();
     for (int k = 0; k < Bc / 16; ++k)
       for (int sl = 0; sl < D / 64; ++sl)
-        ptx::wgmma_m64n64k16<T, 1>(o64[sl], a[k], ptx::smem_desc_sw128(Vj + sl * Bc * 64 + k * 16 * 64));
+        ptx::wgmma_m64nNk16<T, 64, 1>(o64[sl], a[k], ptx::smem_desc_sw128(Vj + sl * Bc * 64 + k * 16 * 64));
     ptx::wgmma_commit();
     ptx::wgmma_wait<0>();
     for (int sl = 0; sl < D / 64; ++sl) ptx::wgmma_pin(o64[sl]);
