@@ -137,3 +137,129 @@ TEST_CASE("docs: the heading ids follow GitHub's rule") {
   CHECK(slug("Where v1's time goes") == "where-v1s-time-goes");
   CHECK(slug("Stage 05 \xe2\x80\x94 FlashAttention") == "stage-05--flashattention");  // an em dash
 }
+
+// ---- Transcripts: the program output a README quotes is re-run and compared. ----------------
+// A transcript is a fenced block whose lines starting with "$ build/" are commands (a trailing
+// "# comment" is dropped) and whose other lines, up to the next command, are what that command
+// printed (stdout and stderr). A line "..." stands for any number of lines. The quoted lines must
+// appear in the real output in the same order, compared after masking numbers (times, sizes and
+// errors differ from machine to machine; the words, the lines, and "inf"/"nan" must not), except
+// on warning lines, whose numbers (counts of non-finite values, the largest logit) are exact.
+// A block that cannot be re-run as it stands (its inputs are made elsewhere) is preceded by the
+// line "<!-- transcript: not re-run: WHY -->"; commands run from the repository root, with
+// "build/" meaning this build's folder.
+namespace {
+
+struct Transcript {
+  fs::path md;
+  size_t line;  // of the command, 1-based
+  std::string command;
+  std::vector<std::string> expected;
+};
+
+std::vector<Transcript> transcripts(const fs::path& md, int* skipped) {
+  std::vector<Transcript> out;
+  const std::vector<std::string> lines = lines_of(md);
+  bool code = false, skip = false;
+  Transcript* cur = nullptr;  // the command whose output the block's next lines are
+  for (size_t n = 0; n < lines.size(); ++n) {
+    const std::string& l = lines[n];
+    if (l.rfind("```", 0) == 0) {
+      code = !code;
+      cur = nullptr;
+      if (code) skip = n > 0 && lines[n - 1].rfind("<!-- transcript: not re-run:", 0) == 0;
+      if (code && skip) ++*skipped;
+      continue;
+    }
+    if (!code || skip) continue;
+    if (l.rfind("$ build/", 0) == 0) {
+      std::string cmd = l.substr(2);
+      const size_t hash = cmd.find(" #");
+      if (hash != std::string::npos) cmd = cmd.substr(0, hash);
+      out.push_back({md, n + 1, cmd, {}});
+      cur = &out.back();
+    } else if (l.rfind("$ ", 0) == 0) {
+      cur = nullptr;  // another command (scripts/...: it builds first): not re-run here
+    } else if (cur && !l.empty()) {
+      cur->expected.push_back(l);
+    }
+  }
+  return out;
+}
+
+// Numbers replaced by '#', except on warning lines. "inf" and "nan" are words and stay.
+std::string masked(const std::string& line) {
+  if (line.find("warning:") != std::string::npos) return line;
+  static const std::regex number(R"([-+]?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?)");
+  return std::regex_replace(line, number, "#");
+}
+
+// Runs cmd from `cwd`, stdout and stderr together.
+std::vector<std::string> run(const std::string& cmd, const fs::path& cwd) {
+  const std::string full = "cd '" + cwd.string() + "' && " + cmd + " 2>&1";
+  std::vector<std::string> out;
+  FILE* f = popen(full.c_str(), "r");
+  if (!f) return out;
+  std::string cur;
+  for (int c; (c = std::fgetc(f)) != EOF;) {
+    if (c == '\n') out.push_back(cur), cur.clear();
+    else cur += char(c);
+  }
+  if (!cur.empty()) out.push_back(cur);
+  pclose(f);
+  return out;
+}
+
+// Does `expected` ("..." = any lines) appear in `actual`, in order, after masking? Returns the
+// first expected line that could not be found ("" if all were).
+std::string first_missing(const std::vector<std::string>& expected, const std::vector<std::string>& actual) {
+  size_t a = 0;
+  for (const std::string& e : expected) {
+    if (e == "...") continue;
+    const std::string me = masked(e);
+    while (a < actual.size() && masked(actual[a]) != me) ++a;
+    if (a == actual.size()) return e;
+    ++a;
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("docs: the masking and matching of transcripts") {
+  CHECK(masked("  forward  : 3.03e+03 ms, extra memory 512.01 MiB (536879072 bytes)") ==
+        "  forward  : # ms, extra memory # MiB (# bytes)");
+  CHECK(masked("LSE vs stage 01: max abs inf") == "LSE vs stage #: max abs inf");
+  CHECK(masked("LSE vs stage 01: max abs 0") != masked("LSE vs stage 01: max abs inf"));
+  CHECK(masked("01_naive: warning: O has 1376 non-finite values") == "01_naive: warning: O has 1376 non-finite values");
+  const std::vector<std::string> actual = {"a 1", "b 2", "c 3"};
+  CHECK(first_missing({"a 5", "...", "c 7"}, actual).empty());
+  CHECK(first_missing({"c 3", "a 1"}, actual) == "a 1");  // order matters
+  CHECK(first_missing({"b 2", "d 4"}, actual) == "d 4");
+}
+
+TEST_CASE("docs: every program transcript a README quotes is what the program prints") {
+  const fs::path root = FA_SOURCE_DIR, build = FA_BUILD_DIR;
+  int skipped = 0, ran = 0;
+  for (const fs::path& md : markdown_files(root))
+    for (const Transcript& t : transcripts(md, &skipped)) {
+      INFO(fs::relative(md, root).string() << ":" << t.line << ": $ " << t.command);
+      REQUIRE_FALSE(t.expected.empty());
+      const std::string exe = t.command.substr(0, t.command.find(' '));  // build/NN/NN
+      const fs::path bin = build / fs::path(exe).lexically_relative("build");
+      if (!fs::exists(bin)) {
+        MESSAGE("not built here: " << bin.string());
+        continue;
+      }
+      const std::vector<std::string> out = run(bin.string() + t.command.substr(exe.size()), root);
+      const std::string missing = first_missing(t.expected, out);
+      INFO("quoted line not printed (numbers masked): " << missing);
+      std::string got;
+      for (const std::string& o : out) got += "\n    " + o;
+      INFO("the program printed:" << got);
+      CHECK(missing.empty());
+      ++ran;
+    }
+  CHECK(ran >= 4);  // the transcripts are found at all
+  CHECK(skipped <= 2);  // and few are exempt
+}
