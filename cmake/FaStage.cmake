@@ -83,13 +83,13 @@ function(fa_add_zoo name test_src)
   endforeach()
 endfunction()
 
-# fa_add_exercise(<name> <test.cpp> [INCLUDES <dir>...] [OPTIONS <flag>...])
+# fa_add_exercise(<name> <test.cpp> [INCLUDES <dir>...] [OPTIONS <flag>...] [DEFINES <def>...])
 # Exercise mode (docs/exercises.md, scripts/exercise.sh): where FA_EXERCISE_DIR/<name>/ holds a
 # learner's copy of the stage's headers and test, exercise_<name> is that test program built from
 # the copy, with the stage's own flags; the copy's headers sit beside its test, so they are the
 # ones it includes. Nothing is built when the folder does not exist (the usual case).
 function(fa_add_exercise name test_src)
-  cmake_parse_arguments(ARG "" "" "INCLUDES;OPTIONS" ${ARGN})
+  cmake_parse_arguments(ARG "" "" "INCLUDES;OPTIONS;DEFINES" ${ARGN})
   set(dir ${FA_EXERCISE_DIR}/${name})
   if(NOT EXISTS ${dir}/${test_src})
     return()
@@ -99,6 +99,6 @@ function(fa_add_exercise name test_src)
   target_compile_options(exercise_${name} PRIVATE ${ARG_OPTIONS})
   target_include_directories(exercise_${name} PRIVATE ${dir} ${ARG_INCLUDES})
   # The test's program cases run the stage's program, built from the reference.
-  target_compile_definitions(exercise_${name} PRIVATE STAGE_BIN="$<TARGET_FILE:${name}>")
+  target_compile_definitions(exercise_${name} PRIVATE STAGE_BIN="$<TARGET_FILE:${name}>" ${ARG_DEFINES})
   add_dependencies(exercise_${name} ${name})
 endfunction()

@@ -7,21 +7,22 @@
 #   scripts/exercise.sh NN --reset    start over (your copy is kept as exercises/NN_<stage>.old/)
 #   scripts/exercise.sh NN --selftest for CI: the TODO copy must FAIL the tests and the copy with
 #                                     the reference bodies back must PASS (in a temporary folder)
-# Stages with an exercise: 02 (the safe softmax of a row), 03 (add_key and merge of the online
-# state), 04 (the online update of a block row), 06 (D, dS^T in pass 1, dS in pass 2). The
-# reference files are never changed; exercises/ is ignored by git. Exit 0 when the tests pass, 1
-# when they fail, 2 for a usage error.
+# Stages with an exercise: 01 (the textbook softmax of a row, and O = P V), 02 (the safe softmax
+# of a row), 03 (add_key and merge of the online state), 04 (the online update of a block row), 06
+# (D, dS^T in pass 1, dS in pass 2). The reference files are never changed; exercises/ is ignored
+# by git. Exit 0 when the tests pass, 1 when they fail, 2 for a usage error.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 NN=${1:-}
 MODE=${2:-}
-usage() { echo "usage: scripts/exercise.sh NN [--check|--reset|--selftest]  (NN: 02, 03, 04 or 06)" >&2; exit 2; }
+usage() { echo "usage: scripts/exercise.sh NN [--check|--reset|--selftest]  (NN: 01, 02, 03, 04 or 06)" >&2; exit 2; }
 case "$NN" in
+  01) stage=01_naive test=test_naive.cpp ;;
   02) stage=02_safe_softmax test=test_safe_softmax.cpp ;;
   03) stage=03_online_softmax test=test_online_softmax.cpp ;;
   04) stage=04_tiled_cpu test=test_tiled.cpp ;;
   06) stage=06_backward_recompute test=test_backward.cpp ;;
-  *) echo "exercise: NN: expected 02, 03, 04 or 06 (the stages with an exercise), found '$NN'" >&2; usage ;;
+  *) echo "exercise: NN: expected 01, 02, 03, 04 or 06 (the stages with an exercise), found '$NN'" >&2; usage ;;
 esac
 case "$MODE" in ""|--check|--reset|--selftest) ;; *) echo "exercise: expected --check, --reset or --selftest, found '$MODE'" >&2; usage ;; esac
 
