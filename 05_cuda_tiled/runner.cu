@@ -322,9 +322,15 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
               fa::dtype_name(dtype) + " at d = " + std::to_string(p.d);
   } else if (kernel == "v7") {
     const int sm = cfg.sm > 0 ? cfg.sm : fa::gpu_compute_capability();
-    if (sm > 0 && sm != 90) {
+#if FA05_HAVE_SM90A
+    constexpr bool built = true;
+#else
+    constexpr bool built = false;  // v7's kernels are compiled only into sm_90a code
+#endif
+    if (!built || (sm > 0 && sm != 90)) {
       pl.runs = "v5";  // every v7 shape is a v5 shape (V7Shapes)
-      pl.note = "v7 runs on sm_90 only (wgmma); ran v5 on this sm_" + std::to_string(sm) + " GPU";
+      pl.note = !built ? "v7 needs a build for sm_90a (wgmma); this one has none: ran v5"
+                       : "v7 runs on sm_90 only (wgmma); ran v5 on this sm_" + std::to_string(sm) + " GPU";
     }
   }
   // The knobs mean nothing to the other kernels: refuse them rather than ignore them. v1 takes
@@ -342,23 +348,45 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
                                     : (D == 64 ? v3::smem_bytes<64>() : v3::smem_bytes<128>());
     pl.blocks = p.B * p.H * ceil_div(p.N_q, pl.Br);
   } else if (runs_shaped) {
+    // The shared memory of shape (Br, Bc) for the kernel that runs (v7: 16 rows per warp, as v5).
+    const auto smem = [&](int64_t Br, int64_t Bc) {
+      const int64_t warps = Br / (pl.runs == "v6" ? V6::rows_per_warp : V5::rows_per_warp);
+      return pl.runs == "v5" ? V5::smem(p.d, warps, Bc) : pl.runs == "v6" ? V6::smem(p.d, warps, Bc)
+                                                                          : V7::smem(p.d, warps, Bc);
+    };
     const BlockShape def = default_shape(kernel, p.d);  // v7 -> v5 keeps v7's shape
     pl.Br = cfg.Br > 0 ? cfg.Br : def.Br;
     pl.Bc = cfg.Bc > 0 ? cfg.Bc : def.Bc;
     bool compiled = false;
     std::string list;
-    for (const BlockShape& sh : block_shapes(kernel, p.d)) {  // v7's, also when v5 runs them
+    const std::vector<BlockShape> shapes = block_shapes(kernel, p.d);  // v7's, also when v5 runs them
+    for (const BlockShape& sh : shapes) {
       compiled = compiled || (sh.Br == pl.Br && sh.Bc == pl.Bc);
       list += (list.empty() ? "" : ", ") + std::to_string(sh.Br) + "x" + std::to_string(sh.Bc);
     }
     if (!compiled)
       throw Unsupported("--block-q/--block-k", "a " + kernel + " shape Br x Bc among " + list,
                         std::to_string(pl.Br) + "x" + std::to_string(pl.Bc));
+    // A default shape that does not fit this GPU's shared memory gives way to the largest compiled
+    // one that does (a shape asked for is kept, and refused at launch if it does not fit).
+    const int64_t optin = cfg.smem_optin > 0 ? cfg.smem_optin : fa::gpu_smem_optin_bytes();
+    const int64_t limit = optin > 0 ? optin : kMaxSmemSm90;
+    if (cfg.Br <= 0 && cfg.Bc <= 0 && smem(pl.Br, pl.Bc) > limit) {
+      BlockShape best{0, 0};
+      for (const BlockShape& sh : shapes)
+        if (smem(sh.Br, sh.Bc) <= limit &&
+            (sh.Br * sh.Bc > best.Br * best.Bc || (sh.Br * sh.Bc == best.Br * best.Bc && sh.Br > best.Br)))
+          best = sh;  // the most work per block; on a tie more rows share each K/V tile
+      if (best.Br > 0) {
+        pl.note += (pl.note.empty() ? "" : "; ") + std::to_string(pl.Br) + "x" + std::to_string(pl.Bc) +
+                   " blocks need more shared memory than this GPU's " + std::to_string(limit) + " bytes: " +
+                   std::to_string(best.Br) + "x" + std::to_string(best.Bc);
+        pl.Br = best.Br, pl.Bc = best.Bc;
+      }
+    }
     const int64_t warps = pl.Br / (pl.runs == "v6" ? V6::rows_per_warp : V5::rows_per_warp);  // v7: 16, as v5
     pl.threads = 32 * warps;
-    pl.smem_bytes = pl.runs == "v5"   ? V5::smem(p.d, warps, pl.Bc)
-                    : pl.runs == "v6" ? V6::smem(p.d, warps, pl.Bc)
-                                      : V7::smem(p.d, warps, pl.Bc);
+    pl.smem_bytes = smem(pl.Br, pl.Bc);
     pl.blocks = p.B * p.H * ceil_div(p.N_q, pl.Br);
   } else if (pl.runs == "v1") {
     v1_blocks(p, cfg, pl.Br, pl.Bc);
@@ -405,7 +433,9 @@ void check_alignment(const Plan& pl, fa::DType dtype, const void* Q, const void*
 void forward(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const void* Q,
              const void* K, const void* V, void* O, float* LSE, const Config& cfg,
              cudaStream_t stream) {
-  const Plan pl = plan(kernel, p, dtype, cfg);
+  Config here = cfg;  // planned for this device, whatever cfg says
+  here.sm = 0, here.smem_optin = 0;
+  const Plan pl = plan(kernel, p, dtype, here);
   check_alignment(pl, dtype, Q, K, V, O, LSE);
   if (pl.runs != "v1" && pl.runs != "cublas") {
     tc_forward(p, dtype, Q, K, V, O, LSE, pl, stream);

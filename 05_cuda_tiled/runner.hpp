@@ -24,8 +24,11 @@ struct Config {
   int64_t sram_bytes = 0;  // v1: M, the shared memory (bytes) the blocks are sized from (default 48 KiB)
   int64_t Br = 0;          // query rows per block (v1 default: from M, FA1 Alg. 1 line 1)
   int64_t Bc = 0;          // key/value rows per block (v1 default: from M)
-  int sm = 0;  // the GPU planned for, compute capability major * 10 + minor (v7 needs 90: wgmma);
-               // 0: the current device's (fa::gpu_compute_capability()), 90 when there is none
+  // The GPU planned for, for plan() alone (forward() always plans for the current device):
+  int sm = 0;                // compute capability major * 10 + minor (v7 needs 90: wgmma); 0: the
+                             // current device's (fa::gpu_compute_capability()), 90 without one
+  int64_t smem_optin = 0;    // shared memory one block may opt in to, bytes; 0: the current
+                             // device's (fa::gpu_smem_optin_bytes()), kMaxSmemSm90 without one
 };
 
 // A block shape, rows: Br query rows (16 per warp), Bc keys per K/V block.
@@ -78,8 +81,11 @@ inline constexpr int64_t kMaxSmemSm90 = 227 * 1024;
 // cannot run (d > max_d, blocks whose shared memory exceeds kMaxSmemSm90, a grid past 2^31 - 1
 // blocks, a block shape it is not compiled for, a knob the kernel does not take); the message
 // names the flag. The tensor-core versions (v2 ... v7) run fp16/bf16 at d = 64 and 128; for anything
-// else they fall back to v1, and the plan says so (runs, note). v7 (wgmma) runs on sm_90 only; on
-// another GPU it falls back to v5 at the same block shape, and says so.
+// else they fall back to v1, and the plan says so (runs, note). v7 (wgmma) runs on sm_90 only, and
+// only in a build for sm_90a; elsewhere it falls back to v5, at its own block shape where that fits
+// the GPU's shared memory, and says so. Without --block-q/--block-k, v5 and v7 take their default
+// shape, or the largest compiled one that fits the GPU's shared memory (an A100's 163 KiB holds
+// no 128 x 128 block at d = 128).
 Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const Config& cfg = {});
 
 // Throws fa::InputError unless Q, K, V, O are aligned to the dtype's element size and LSE to 4
@@ -90,6 +96,7 @@ void check_alignment(const Plan& pl, fa::DType dtype, const void* Q, const void*
 
 // Runs `kernel` on device pointers (layout above) on `stream`, without waiting for it.
 // p.scale 0 means 1/sqrt(d). The tensor-core versions need Q, K, V, O 16-byte aligned.
+// Plans for the current device (cfg.sm and cfg.smem_optin are ignored).
 // Throws as plan() (and Unsupported for misaligned pointers), fa::CudaError when CUDA or
 // cuBLAS fails.
 void forward(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const void* Q,

@@ -21,6 +21,7 @@
 #include "conformance.hpp"
 #include "device_buffer.hpp"
 #include "fa05.h"
+#include "gpu.hpp"
 #include "reference.hpp"
 #include "stage_05.hpp"
 
@@ -62,13 +63,16 @@ const int64_t kRaggedSizes[][2] = {{1, 1},       {1, 200},   {17, 17},    {63, 6
                                    {65, 65},     {127, 129}, {129, 127},  {200, 63}, {63, 200},
                                    {1000, 1000}, {300, 1000}, {1000, 300}};
 
+// v7 runs only on sm_90 (elsewhere its plan runs v5, and says so).
+bool runs_itself(const std::string& k) { return k != "v7" || fa::gpu_compute_capability() == 90; }
+
 void check_ragged(const char* k) {
   for (int64_t d : {64, 128})
     for (auto& nn : kRaggedSizes)
       for (bool causal : {false, true}) {
         const fa::Case c{std::string(k) + " shape", fa::make_problem(2, 4, 2, nn[0], nn[1], d, causal), fa::Fill::HighDims};
         for (fa::DType t : {fa::DType::fp16, fa::DType::bf16}) {
-          CHECK(fa05::plan(k, c.p, t).runs == k);
+          CHECK(fa05::plan(k, c.p, t).runs == (runs_itself(k) ? std::string(k) : "v5"));
           fa::check_forward_case(stage_05_forward(k, t), c, false, storage(k, t));
         }
       }
@@ -84,6 +88,10 @@ TEST_CASE("05 ragged v7: N_q != N_k, causal, GQA at d = 64 and 128, fp16 and bf1
 // Every block shape v5, v6 and v7 are compiled for (the sweep's candidates), not only the default
 // one, with N around 32, 64, 128 and 256.
 void check_shapes(const char* k) {
+  if (!runs_itself(k)) {
+    MESSAGE(k << " runs v5 on this GPU: v5's shapes are checked by its own case");
+    return;
+  }
   const int64_t sizes[][2] = {{1, 1},     {17, 17},   {31, 33},  {63, 65},  {127, 129},
                               {129, 127}, {200, 63},  {63, 200}, {257, 300}};
   for (int64_t d : {64, 128})

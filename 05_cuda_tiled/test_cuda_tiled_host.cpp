@@ -228,6 +228,20 @@ TEST_CASE("05 plan: v7 takes whole warpgroups and 64-key tiles, swizzled K/V; of
     CHECK(def.Br == fa05::default_shape("v7", d).Br);
     CHECK(def.Bc == fa05::default_shape("v7", d).Bc);
   }
+  // On an A100 (sm_80, 163 KiB of shared memory a block) v7's default 128 x 128 at d = 128 does not
+  // fit as a v5 block (174,080 bytes): the plan takes the largest v5 shape that does, and says so.
+  fa05::Config a100;
+  a100.sm = 80, a100.smem_optin = 166912;
+  const fa05::Plan small = fa05::plan("v7", fa::make_problem(1, 2, 2, 500, 500, 128, false), fa::DType::bf16, a100);
+  CHECK(small.runs == "v5");
+  CHECK(small.Br == 128);
+  CHECK(small.Bc == 64);
+  CHECK(small.smem_bytes <= 166912);
+  CHECK(small.note.find("shared memory") != std::string::npos);
+  CHECK(fa05::plan("v5", fa::make_problem(1, 2, 2, 500, 500, 128, false), fa::DType::bf16, a100).Bc == 64);
+  fa05::Config asked = a100;  // a shape asked for is kept (and refused at launch where it does not fit)
+  asked.Br = 128, asked.Bc = 128;
+  CHECK(fa05::plan("v7", fa::make_problem(1, 2, 2, 500, 500, 128, false), fa::DType::bf16, asked).Bc == 128);
   // fp32 and other head dims: v1, as for every tensor-core version
   CHECK(fa05::plan("v7", fa::make_problem(1, 1, 1, 64, 64, 64, false), fa::DType::fp32, hopper).runs == "v1");
   CHECK(fa05::plan("v7", fa::make_problem(1, 1, 1, 64, 64, 96, false), fa::DType::bf16, hopper).runs == "v1");

@@ -6,8 +6,8 @@
 //   per instruction, operands in registers          64 x Bc outputs of S, 64 x 64 of O per
 //                                                   instruction
 //   K_j, V_j fragments: ldmatrix into registers     K_j, V_j read by the tensor cores straight
-//   before every mma (136 LDSM per block at         from shared memory (a descriptor, no LDSM,
-//   d = 128)                                        no registers for B)
+//   before every mma (per warp and 128 x 128        from shared memory (a descriptor, no LDSM,
+//   block at d = 128: 128 ldmatrix)                 no registers for B)
 //   K_j, V_j tiles padded by 16 bytes a row         stored in the 128-byte swizzle the
 //   (bank conflicts)                                descriptor names (the copy writes it)
 //   mma.sync waits for its result                   wgmma is asynchronous: issue, commit, wait
@@ -22,8 +22,8 @@
 // Not here yet (FlashAttention-3's other steps): TMA bulk copies, warp specialisation
 // (producer warps), and overlapping one block's softmax with the next block's wgmma.
 //
-// Supports T = __half or __nv_bfloat16, D = 64 or 128, kWarps a multiple of 4, Bc a multiple of
-// 64; runs only on sm_90a (elsewhere the runner runs v5 at the same shape).
+// Supports T = __half or __nv_bfloat16, D = 64 or 128, kWarps a multiple of 4, Bc = 64 or 128 (the
+// two wgmma widths ptx.cuh wraps); runs only on sm_90a (elsewhere the runner runs v5).
 #pragma once
 #include <cstdint>
 
@@ -50,7 +50,8 @@ __device__ __forceinline__ int swz(int r, int cv) {
 }
 
 // Starts copying rows x D elements from global (row-major, pitch D) into a swizzled (Bc, D) tile,
-// 16 bytes per cp.async, kThreads threads; rows past `rows` are zero-filled, never read.
+// 16 bytes per cp.async, kThreads threads; rows past `rows` are zero-filled without reading global
+// memory (their scores are masked below).
 template <int D, int Bc, int kThreads, class T>
 __device__ __forceinline__ void copy_tile_swizzled(T* dst, const T* src, int rows) {
   constexpr int kVecs = D / 8;  // 16-byte vectors per row
@@ -78,10 +79,13 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
                const int64_t Tr) {
   constexpr int kThreads = 32 * kWarps;
   constexpr int Br = 16 * kWarps;  // 16 query rows per warp, one mma row-tile each
-  static_assert(kWarps % 4 == 0 && Bc % 64 == 0, "whole warpgroups, whole 64-key wgmma tiles");
+  static_assert(kWarps % 4 == 0 && (Bc == 64 || Bc == 128), "whole warpgroups, one wgmma width for S");
   extern __shared__ __align__(16) unsigned char sram[];
   constexpr int P = kPitch<D>;
-  T* Ks = reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(sram) + 1023) / 1024 * 1024);  // (2, Bc x D)
+  // The swizzle's 1024-byte atoms are aligned in the shared-memory window, where the descriptor's
+  // addresses live: round that address up.
+  const uint32_t pad = (1024 - static_cast<uint32_t>(__cvta_generic_to_shared(sram)) % 1024) % 1024;
+  T* Ks = reinterpret_cast<T*>(sram + pad);  // (2, Bc x D)
   T* Vs = Ks + 2 * Bc * D;  // (2, Bc x D): K_j, V_j in buffer j % 2, swizzled
   T* Qi = Vs + 2 * Bc * D;  // (Br, P)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -136,11 +140,12 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
     // dim 16k of the swizzled tile (inside a 128-byte row the step is a plain byte offset: the
     // hardware applies the XOR to the address it computes).
     // Q_i's A registers are read again from shared memory for every block, where v5 held them for
-    // the whole kernel. Held across the loop, they were overwritten: in the SASS of the d = 64,
-    // Bc = 64 build, ptxas gave Q's registers to the mask arithmetic right after the first
-    // wgmma, as if a wgmma's A registers were free once it has run, and only the first K/V
-    // block came out right (the shape test caught it). Read here, they live one block; the cost
-    // is 4 or 8 ldmatrix per block, against v5's 136.
+    // the whole kernel. Held across the loop, they came out overwritten: in the SASS of the
+    // d = 64, Bc = 64 build (CUDA 13.0), ptxas gave Q's registers to the mask arithmetic right
+    // after the first wgmma, and only the first K/V block came out right (the shape test caught
+    // it). PTX only forbids touching a wgmma's A registers between its issue and wait_group, so
+    // this looks like a ptxas bug; defined in the loop, they need live one block only. The cost
+    // is D / 16 ldmatrix per block and warp (8 at d = 128), against v5's 128 for K and V.
     uint32_t q[D / 16][4];  // q[k]: the 16 x 16 slice of columns 16k .. 16k+15 (lane map: v5)
     for (int k = 0; k < D / 16; ++k)
       ptx::ldmatrix_x4(q[k], Qi + (warp * 16 + lane % 8 + (lane / 8 % 2) * 8) * P + k * 16 + lane / 16 * 8);
