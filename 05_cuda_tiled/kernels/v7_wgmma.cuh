@@ -82,10 +82,10 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
   static_assert(kWarps % 4 == 0 && (Bc == 64 || Bc == 128), "whole warpgroups, one wgmma width for S");
   extern __shared__ __align__(16) unsigned char sram[];
   constexpr int P = kPitch<D>;
-  // The swizzle's 1024-byte atoms are aligned in the shared-memory window, where the descriptor's
-  // addresses live: round that address up.
-  const uint32_t pad = (1024 - static_cast<uint32_t>(__cvta_generic_to_shared(sram)) % 1024) % 1024;
-  T* Ks = reinterpret_cast<T*>(sram + pad);  // (2, Bc x D)
+  // The swizzle's 1024-byte atoms must be aligned in the shared-memory window, where the
+  // descriptor's addresses live; rounding the generic address does that, as the window's base in
+  // the generic space is itself aligned far beyond 1024 bytes.
+  T* Ks = reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(sram) + 1023) / 1024 * 1024);  // (2, Bc x D)
   T* Vs = Ks + 2 * Bc * D;  // (2, Bc x D): K_j, V_j in buffer j % 2, swizzled
   T* Qi = Vs + 2 * Bc * D;  // (Br, P)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
