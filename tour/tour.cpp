@@ -17,8 +17,7 @@
 #include "stage_01.hpp"
 #include "stage_02.hpp"
 #include "stage_03.hpp"
-#include "stage_04.hpp"
-#include "stage_06.hpp"
+#include "tour_tiled.hpp"
 #ifdef FA_HAVE_CUDA
 #include "gpu.hpp"
 #include "stage_05.hpp"
@@ -42,7 +41,7 @@ std::vector<Entry> stages(fa::DType gpu_dtype, const fa::AttnProblem& p) {
   built(stage_01());
   built(stage_02());
   built(stage_03());
-  built(stage_04());
+  built(tour_stage_04());
   const char* idea05 = "the tiling in GPU shared memory, then tensor cores";
 #ifdef FA_HAVE_CUDA
   std::string why;
@@ -68,7 +67,7 @@ std::vector<Entry> stages(fa::DType gpu_dtype, const fa::AttnProblem& p) {
   (void)gpu_dtype, (void)p;
   v.push_back({"05_cuda_tiled", idea05, std::nullopt, "not built: no CUDA compiler (nvcc) at configure time"});
 #endif
-  built(stage_06());
+  built(tour_stage_06());
   return v;
 }
 
@@ -106,7 +105,7 @@ int main(int argc, char** argv) {
     out(txt, "FlashAttention course tour\ninput  : %s\nproblem: %s\n", in.source.c_str(),
         in.p.describe().c_str());
     out(txt, "cpu    : stages 04 and 06 built for %s (%d floats per vector), %d OpenMP threads\n",
-        tiled::mk::kIsa, tiled::mk::VW, omp_get_max_threads());
+        tour_tiled_isa(), tour_tiled_vector_width(), omp_get_max_threads());
     std::optional<fa::Baselines> base;
     if (!f.no_check) {
       base.emplace(in, /*with_backward=*/true);
