@@ -45,6 +45,27 @@ make_copy() {
 }
 export NN
 
+# hint OUTPUT: the classic bug (docs/bug_zoo.md) a failure looks like, where the failing checks
+# tell: which quantities fail the rule (the "X: stage err" lines the battery logs), and whether
+# the output holds NaN or breaks the masked-row checks.
+hint() {
+  local out=$1 failed
+  failed=$(grep -oE "(O vs float64|LSE vs float64|dQ|dK|dV): stage err" <<<"$out" | sed 's/ vs float64//; s/: stage err//' | sort -u | tr '\n' ' ')
+  if grep -qE "stage\.nonfinite == 0|infinity\(\) \)|== 0\.f \)" <<<"$out"; then
+    echo "hint: NaN or inf where a number belongs, or a row that sees no key got something other than"
+    echo "      O = 0 and LSE = -inf: such a row must not compute exp(-inf - (-inf)) or 0 / 0"
+    echo "      (docs/bug_zoo.md, NAN_ON_MASKED_ROW)."
+  elif [ "$failed" = "LSE " ]; then
+    echo "hint: O is right and LSE is not: LSE = m + log(l), in natural log (docs/bug_zoo.md, LSE_LOG2)."
+  elif [[ "$failed" != *dV* && ( "$failed" == *dQ* || "$failed" == *dK* ) ]]; then
+    echo "hint: dV is right and dQ or dK is not: the error is in dS = P * (dP - D); check D = rowsum(dO * O)"
+    echo "      (docs/bug_zoo.md, D_FROM_DO_ONLY)."
+  elif [[ "$failed" == *O* && "$failed" == *LSE* ]]; then
+    echo "hint: O and LSE are both off: if your code keeps a running max, every rescale is by"
+    echo "      exp(m_old - m_new) with m_new the new running max (docs/bug_zoo.md, RESCALE_BY_NEW_KEY)."
+  fi
+}
+
 # build_and_test BUILD_DIR EXERCISE_ROOT: builds exercise_<stage> (in its own build folder, so the
 # main build/ keeps its settings) and runs it; returns 0 (pass), 1 (fail) or 2 (no build).
 build_and_test() {
@@ -68,6 +89,7 @@ build_and_test() {
   echo "exercise $NN: the tests fail with your code. The first failing test case and what it logged:"
   awk '/^TEST CASE:/ {n++} n == 1' <<<"$out" | grep -vE "^=+$" | head -n 25
   grep -E "^\[doctest\] (test cases|assertions)" <<<"$out"
+  hint "$out"
   echo "(all of it: $build/$stage/exercise_$stage; the classic bugs and their symptoms: docs/bug_zoo.md)"
   return 1
 }
