@@ -57,7 +57,9 @@ if has build; then
     -DCMAKE_PREFIX_PATH="$PWD/.gpu_deps" -DCMAKE_CUDA_FLAGS="-Xptxas=-v" &&
     step build 500 cmake --build $BUILD -j "$(nproc)"
   # ptxas's report (registers, shared memory, spills) of every kernel, from the build log
-  grep -A2 "Compiling entry function" "$LOG/build.log" >"$LOG/ptxas.txt" 2>/dev/null
+  # Registers and spills per kernel, and any wgmma serialisation ptxas reports (C75xx infos: it
+  # inserted warpgroup.arrive/wait itself, or serialised the wgmma pipeline).
+  { grep -A2 "Compiling entry function" "$LOG/build.log"; grep -E "C75[0-9][0-9]" "$LOG/build.log"; } >"$LOG/ptxas.txt" 2>/dev/null
 fi
 BIN=$BUILD/05_cuda_tiled
 

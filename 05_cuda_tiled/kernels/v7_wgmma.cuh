@@ -83,8 +83,8 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
   extern __shared__ __align__(16) unsigned char sram[];
   constexpr int P = kPitch<D>;
   // The swizzle's 1024-byte atoms must be aligned in the shared-memory window, where the
-  // descriptor's addresses live; rounding the generic address does that, as the window's base in
-  // the generic space is itself aligned far beyond 1024 bytes.
+  // descriptor's addresses live. Rounding the generic address does that when the window's base
+  // is 1024-aligned in the generic space, as it is on the H200 (every test passes at every shape).
   T* Ks = reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(sram) + 1023) / 1024 * 1024);  // (2, Bc x D)
   T* Vs = Ks + 2 * Bc * D;  // (2, Bc x D): K_j, V_j in buffer j % 2, swizzled
   T* Qi = Vs + 2 * Bc * D;  // (Br, P)
@@ -138,7 +138,8 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
     // S = Q_i K_j^T (line 8), one warpgroup for 64 rows: s[n] is this warp's 16 x 8 fragment of
     // keys 8n .. 8n+7, as in v5. Each wgmma makes all Bc keys from 16 dims; dim step k starts at
     // dim 16k of the swizzled tile (inside a 128-byte row the step is a plain byte offset: the
-    // hardware applies the XOR to the address it computes).
+    // swizzle is a function of the address bits the hardware computes, PTX ISA "Shared Memory
+    // Matrix Layout"; the battery checks the result at every shape).
     // Q_i's A registers are read again from shared memory for every block, where v5 held them for
     // the whole kernel. Held across the loop, they came out overwritten: in the SASS of the
     // d = 64, Bc = 64 build (CUDA 13.0), ptxas gave Q's registers to the mask arithmetic right
