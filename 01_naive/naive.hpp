@@ -10,10 +10,9 @@
 //   2. Overflow: exp(s) overflows float32 once s > ~88.72 (ln(FLT_MAX)); the row sum becomes inf
 //      and P = inf / inf = NaN. Stage 02 (safe softmax) fixes it by subtracting the row max.
 //
-// Shapes and layout for every function here (see common/problem.hpp):
-//   Q, O : [B, H, N_q, d]      K, V : [B, H_kv, N_k, d]      LSE : [B, H, N_q]
-// Row-major, contiguous. T is the element type (float in the programs; double for the
-// finite-difference check of the backward). Nothing is thrown; sizes are validated by the caller.
+// Shapes and layout (common/problem.hpp): Q, O [B,H,N_q,d]; K, V [B,H_kv,N_k,d]; LSE [B,H,N_q].
+// T is the element type (float in the programs; double for the finite-difference check of the
+// backward). Nothing is thrown; sizes are validated by the caller.
 // The materialised backward is in naive_backward.hpp.
 #pragma once
 #include <cmath>

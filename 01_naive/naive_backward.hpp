@@ -1,9 +1,8 @@
 // Stage 01's backward: the standard attention backward, with every N_q x N_k matrix stored.
 //
-// Shapes and layout (see common/problem.hpp):
-//   Q, O, dO, dQ : [B, H, N_q, d]      K, V, dK, dV : [B, H_kv, N_k, d]      LSE : [B, H, N_q]
-// Row-major, contiguous. T is the element type (float in the programs; double for the
-// finite-difference check in test_naive.cpp). Nothing is thrown; sizes are validated by the caller.
+// Shapes and layout (common/problem.hpp): Q, O, dO, dQ [B,H,N_q,d]; K, V, dK, dV [B,H_kv,N_k,d];
+// LSE [B,H,N_q]. T is the element type (float in the programs; double for the finite-difference
+// check in test_naive.cpp). Nothing is thrown; sizes are validated by the caller.
 #pragma once
 #include <cstdint>
 #include <vector>

@@ -16,10 +16,9 @@
 // written twice (passes 2 and 3) and read twice (pass 3 and O = P V). Stage 01 reads S once
 // fewer. Stage 03 keeps none of it.
 //
-// Shapes and layout for every function here (see common/problem.hpp):
-//   Q, O : [B, H, N_q, d]      K, V : [B, H_kv, N_k, d]      LSE : [B, H, N_q]
-// Row-major, contiguous. T is the element type (float in the programs; double in tests).
-// Nothing is thrown; sizes are validated by the caller.
+// Shapes and layout (common/problem.hpp): Q, O [B,H,N_q,d]; K, V [B,H_kv,N_k,d]; LSE [B,H,N_q].
+// T is the element type (float in the programs; double in tests). Nothing is thrown; sizes are
+// validated by the caller.
 #pragma once
 #include <algorithm>
 #include <cmath>

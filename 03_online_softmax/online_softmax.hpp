@@ -18,10 +18,9 @@
 // A state over some keys can be merged with the state over other keys (merge()): the partial
 // results of key blocks combine without recomputing anything. Stages 04-06 are built on it.
 //
-// Shapes and layout (see common/problem.hpp):
-//   Q, O : [B, H, N_q, d]      K, V : [B, H_kv, N_k, d]      LSE : [B, H, N_q]
-// Row-major, contiguous. T is the element type (float in the programs; double in tests).
-// Nothing is thrown; sizes are validated by the caller.
+// Shapes and layout (common/problem.hpp): Q, O [B,H,N_q,d]; K, V [B,H_kv,N_k,d]; LSE [B,H,N_q].
+// T is the element type (float in the programs; double in tests). Nothing is thrown; sizes are
+// validated by the caller.
 #pragma once
 #include <algorithm>
 #include <cmath>

@@ -23,16 +23,8 @@
 
 #include "bench_util.hpp"
 #include "microkernel.hpp"
-#include "naive.hpp"
+#include "bench_baselines.hpp"
 #include "tiled.hpp"
-#if __has_include("safe_softmax.hpp")
-#include "safe_softmax.hpp"
-#define FA_HAVE_02 1
-#endif
-#if __has_include("online_softmax.hpp")
-#include "online_softmax.hpp"
-#define FA_HAVE_03 1
-#endif
 #ifdef FA_HAVE_OPENBLAS
 #include <cblas.h>
 #endif
@@ -174,16 +166,12 @@ BENCHMARK(BM_tiled)->Apply(fa::cpu_grid)->MinTime(0.2)->UseRealTime()->Unit(benc
 #ifdef FA_HAVE_OPENBLAS
 BENCHMARK(BM_blas)->Apply(fa::cpu_grid)->MinTime(0.2)->UseRealTime()->Unit(benchmark::kMillisecond);
 #endif
-BENCHMARK(BM_stage<naive::forward<float>>)->Name("BM_stage01")->Arg(256)->Arg(1024)->Arg(4096)
+BENCHMARK(BM_stage<bench_baselines::stage01>)->Name("BM_stage01")->Arg(256)->Arg(1024)->Arg(4096)
     ->ArgName("N")->MinTime(0.1)->UseRealTime()->Unit(benchmark::kMillisecond);
-#ifdef FA_HAVE_02
-BENCHMARK(BM_stage<safe_softmax::forward<float>>)->Name("BM_stage02")->Arg(256)->Arg(1024)->Arg(4096)
+BENCHMARK(BM_stage<bench_baselines::stage02>)->Name("BM_stage02")->Arg(256)->Arg(1024)->Arg(4096)
     ->ArgName("N")->MinTime(0.1)->UseRealTime()->Unit(benchmark::kMillisecond);
-#endif
-#ifdef FA_HAVE_03
-BENCHMARK(BM_stage<online_softmax::forward<float>>)->Name("BM_stage03")->Arg(256)->Arg(1024)->Arg(4096)
+BENCHMARK(BM_stage<bench_baselines::stage03>)->Name("BM_stage03")->Arg(256)->Arg(1024)->Arg(4096)
     ->ArgName("N")->MinTime(0.1)->UseRealTime()->Unit(benchmark::kMillisecond);
-#endif
 
 // The vector ISA this build targets goes into the JSON's context: results from machines with
 // other ISAs are told apart by it.

@@ -15,8 +15,12 @@
 
 #include "bench_util.hpp"
 #include "memtrack.hpp"
-#include "naive_backward.hpp"
 #include "stage_06.hpp"
+
+namespace bench_baselines {  // bench_baseline01.cpp: stage 01's backward, with its own program's flags
+void stage01_backward(const fa::AttnProblem& p, const float* Q, const float* K, const float* V, const float* O,
+                      const float* dO, const float* LSE, float* dQ, float* dK, float* dV);
+}
 
 namespace {
 
@@ -75,7 +79,7 @@ void blocks_grid(benchmark::internal::Benchmark* b) {
 }
 
 void BM_bwd_naive(benchmark::State& state) {
-  bench_backward(state, naive::backward<float>, fa::bench_problem(state.range(0), 64, false));
+  bench_backward(state, bench_baselines::stage01_backward, fa::bench_problem(state.range(0), 64, false));
   state.counters["threads"] = 1;
 }
 

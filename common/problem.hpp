@@ -4,6 +4,7 @@
 //   Q, O       : [B, H,    N_q, d]
 //   K, V       : [B, H_kv, N_k, d]      (H % H_kv == 0: GQA/MQA; H_kv == H: plain multi-head)
 //   LSE        : [B, H,    N_q]         (natural log, -inf for a row that sees no key)
+//   dO, dQ like Q; dK, dV like K (the backward's inputs and outputs)
 // Query head h reads key/value head h / (H / H_kv) (PyTorch's `enable_gqa` convention).
 // causal is bottom-right aligned: query i sees key j iff j <= i + N_k - N_q
 // (FlashAttention >= 2.1, PyTorch `causal_lower_right`). It equals PyTorch's `is_causal=True`
