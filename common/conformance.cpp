@@ -8,7 +8,7 @@
 #include <limits>
 #include <sstream>
 
-#include "naive_backward.hpp"
+#include "baseline.hpp"
 #include "npy.hpp"
 #include "reference.hpp"
 #include "rng.hpp"
@@ -201,7 +201,7 @@ void check_forward_case(const ForwardFn& f, const Case& c, bool is_stage01, Stor
     return;
   }
 
-  const ForwardRun r01 = run_forward(naive::forward<float>, in);
+  const ForwardRun r01 = run_forward(baseline_forward, in);
   const ErrorStats e01O = compare(r01.O.ptr(), O64.ptr(), r01.O.numel());
   const ErrorStats e01L = compare(r01.LSE.ptr(), LSE64.ptr(), r01.LSE.numel());
   const bool naive_ok = e01O.nonfinite == 0 && e01L.nonfinite == 0;
@@ -255,13 +255,13 @@ void check_backward_case(const BackwardFn& f, const Case& c, bool is_stage01, co
   if (!naive_ok && !forward) return;
   // The forward output a backward consumes: its own forward's O and LSE if given, else stage
   // 01's (float32). Stage 01's backward, the baseline, always takes stage 01's.
-  const ForwardRun fwd01 = run_forward(naive::forward<float>, in);
+  const ForwardRun fwd01 = run_forward(baseline_forward, in);
   const ForwardRun fwd = forward ? run_forward(forward, in) : fwd01;
   const BackwardRun run = run_backward(f, in, fwd);
   TensorD dQ64, dK64, dV64;
   reference_backward(p, convert<double>(in.Q), convert<double>(in.K), convert<double>(in.V),
                      convert<double>(in.dO), dQ64, dK64, dV64);
-  const BackwardRun r01 = run_backward(naive::backward<float>, in, fwd01);
+  const BackwardRun r01 = run_backward(baseline_backward, in, fwd01);
   // A backward that recomputes P from its forward's LSE inherits LSE's rounding to float32
   // (a relative error up to 2^-24 |LSE| in every P of the row), which stage 01, normalising by
   // its own row sum, never meets: measured exactly, it joins the baseline.

@@ -10,7 +10,7 @@
 #include "devstats.hpp"
 #include "errors.hpp"
 #include "memtrack.hpp"
-#include "naive_backward.hpp"
+#include "baseline.hpp"
 #include "npy.hpp"
 #include "reference.hpp"
 #include "rng.hpp"
@@ -271,10 +271,10 @@ BackwardRun run_backward(const BackwardFn& f, const Inputs& in, const ForwardRun
 }
 
 Baselines::Baselines(const Inputs& in, bool with_backward) {
-  naive_ = run_forward(naive::forward<float>, in);
+  naive_ = run_forward(baseline_forward, in);
   reference_forward(in.p, in.Q, in.K, in.V, O64_, LSE64_);
   if (with_backward) {
-    naive_bwd_ = run_backward(naive::backward<float>, in, naive_);
+    naive_bwd_ = run_backward(baseline_backward, in, naive_);
     reference_backward(in.p, convert<double>(in.Q), convert<double>(in.K), convert<double>(in.V),
                        convert<double>(in.dO), dQ64_, dK64_, dV64_);
   }
