@@ -108,10 +108,14 @@ int main(int argc, char** argv) {
     const int64_t threads = b.threads > 0 ? b.threads : omp_get_max_threads();
     fa::check_memory(threads * int64_t(sizeof(float)) * (Br * (Bc + 16) + 2 * Br * (p.d + 16) + Bc * (2 * p.d + 32)),
                      "--block-q/--block-k", "the block buffers of " + std::to_string(threads) + " threads");
-    if (cfg.io_report) counted = {}, b.io = &counted;
     used = b;
     ran = p;
-    tiled::forward<float>(p, Q, K, V, O, LSE, b);
+    if (cfg.io_report) {
+      counted = {};
+      tiled::forward<float>(p, Q, K, V, O, LSE, b, &counted);  // the counting instantiation
+    } else {
+      tiled::forward<float>(p, Q, K, V, O, LSE, b);
+    }
   };
   return fa::stage_main(
       argc, argv, stage,

@@ -107,8 +107,8 @@ TEST_CASE("04_tiled_cpu: counted HBM traffic equals the formula (common/io_count
     fa::Tensor O(in.Q.shape), LSE({p.B, p.H, p.N_q});
     fa::IoCount io;
     tiled::Blocks b;
-    b.Br = c.Br, b.Bc = c.Bc, b.io = &io, b.threads = 2;
-    tiled::forward<float>(p, in.Q.ptr(), in.K.ptr(), in.V.ptr(), O.ptr(), LSE.ptr(), b);
+    b.Br = c.Br, b.Bc = c.Bc, b.threads = 2;
+    tiled::forward<float>(p, in.Q.ptr(), in.K.ptr(), in.V.ptr(), O.ptr(), LSE.ptr(), b, &io);
     const fa::IoCount f = fa::tiled_io(p, std::min(c.Br, p.N_q), std::min(c.Bc, p.N_k));
     CHECK(io.hbm_read == f.hbm_read);
     CHECK(io.hbm_write == f.hbm_write);

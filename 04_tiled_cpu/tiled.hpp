@@ -41,10 +41,21 @@
 namespace tiled {
 
 struct Blocks {
-  int64_t Br = 0;            // query rows per block (0: from M)
-  int64_t Bc = 0;            // key/value rows per block (0: from M)
-  int threads = 0;           // OpenMP threads (0: omp_get_max_threads())
-  fa::IoCount* io = nullptr; // when set, add the elements moved (common/io_count.hpp)
+  int64_t Br = 0;   // query rows per block (0: from M)
+  int64_t Bc = 0;   // key/value rows per block (0: from M)
+  int threads = 0;  // OpenMP threads (0: omp_get_max_threads())
+};
+
+// Counting the traffic is a compile-time choice. forward(..., blk) runs with NoIo, whose counters
+// are empty types: every `io.x += n` in the loop compiles to nothing. forward(..., blk, &count)
+// with an fa::IoCount adds up the elements each step moves (common/io_count.hpp; the tests and
+// the program's --io-report use it).
+struct NoIo {
+  struct Nothing {
+    template <class N>
+    Nothing& operator+=(N) { return *this; }
+  };
+  Nothing hbm_read, hbm_write, sram;
 };
 
 // The paper's block sizes for an SRAM of M_bytes (Algorithm 1, line 1), in float32 elements.
@@ -64,9 +75,9 @@ inline int64_t default_sram_bytes() {
 
 inline Blocks default_blocks(int64_t d) { return blocks_from_sram(default_sram_bytes(), d); }
 
-template <class T>
+template <class T, class Io = NoIo>
 void forward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, T* O, T* LSE,
-             const Blocks& blk) {
+             const Blocks& blk, Io* io_total = nullptr) {
   static_assert(std::is_same_v<T, float>, "stage 04's micro-kernels are float32");
   using namespace mk;
   const Blocks def = default_blocks(p.d);
@@ -101,7 +112,7 @@ void forward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, T* O,
 #pragma omp parallel num_threads(threads)
   {
     auto& [Qi, Kt, Vj, S, Oi, m, l] = sram[static_cast<size_t>(omp_get_thread_num())];
-    fa::IoCount io;
+    Io io{};  // this thread's traffic (nothing at all with NoIo)
 
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < p.B * p.H * Tr; ++t) {  // one task = (batch, head, query block)
@@ -139,7 +150,7 @@ void forward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, T* O,
             for (int64_t c = cb; c < std::min(cb + VW, bn); ++c) Kt[x * Bcp + c] = Kj[c * d + x];
         for (int64_t c = 0; c < bn; ++c)
           std::copy(Vsrc + c * d, Vsrc + (c + 1) * d, Vj.data() + c * dpad);
-        if (blk.io) io.hbm_read += 2 * bn * d;
+        io.hbm_read += 2 * bn * d;
 
         // S_ij = scale * Q_i K_j^T, a br x bn block (bcp columns computed), on chip (line 9).
         gemm_qk(Qi.data(), br, d, Kt.data(), Bcp, bcp, scale, S.data(), Bcp);
@@ -172,7 +183,7 @@ void forward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, T* O,
         gemm_pv(S.data(), Bcp, br, bn, Vj.data(), dpad, dpad, Oi.data(), dpad);
         // SRAM accesses by the arithmetic (scalar model): two operands per multiply-add in both
         // GEMMs, S written, read twice (max, exp) and P written; O_i rescaled (read + write).
-        if (blk.io) io.sram += 4 * br * bn * d + 4 * br * bn + 2 * br * d;
+        io.sram += 4 * br * bn * d + 4 * br * bn + 2 * br * d;
       }
 
       // Write O_i = O_i / l_i and LSE_i = m_i + log(l_i) to HBM, once (FA2 lines 12-14).
@@ -188,11 +199,13 @@ void forward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, T* O,
         for (int64_t x = 0; x < d; ++x) o[x] = acc[x] / l[r];
         LSE[p.lse_offset(b, h, r0 + r)] = m[r] + FA_BUG(LSE_LOG2, std::log(l[r]), std::log2(l[r]));
       }
-      if (blk.io) io.hbm_read += br * d, io.hbm_write += br * d + br;
+      io.hbm_read += br * d, io.hbm_write += br * d + br;
     }
-    if (blk.io) {
+    if constexpr (!std::is_same_v<Io, NoIo>) {
+      if (io_total) {
 #pragma omp critical
-      *blk.io += io;
+        *io_total += io;
+      }
     }
   }
 }

@@ -13,7 +13,7 @@
 //   stage 04     keeps blocks of Br query rows and Bc key/value rows in buffers; each K_j, V_j
 //                block read from HBM is reused by all Br rows of the query block.
 // Stages 01-03 are counted analytically (formulas below, derived from their loops); stage 04
-// counts what its block copies really move (tiled::Blocks::io) and test_04_tiled_cpu checks that
+// counts what its block copies really move (tiled::forward with an IoCount) and test_04_tiled_cpu checks that
 // the count equals tiled_io() below.
 #pragma once
 #include <algorithm>
