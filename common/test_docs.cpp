@@ -6,8 +6,12 @@
 //     GitHub's rule for heading ids (lower case; letters, digits, '-' and '_' kept; spaces become
 //     '-'; everything else dropped).
 // Links inside fenced code blocks and inline code spans are not links and are skipped.
-// FA_SOURCE_DIR is the repository root (set by CMake).
+// Also: no line-number references into sources; every program transcript a README quotes is what
+// the program prints (ctest docs_transcripts, below); every CMake preset can be built and tested.
+// FA_SOURCE_DIR is the repository root, FA_BUILD_DIR this build (set by CMake).
 #include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
 
 #include <cctype>
 #include <filesystem>
@@ -262,4 +266,22 @@ TEST_CASE("docs: every program transcript a README quotes is what the program pr
     }
   CHECK(ran >= 4);  // the transcripts are found at all
   CHECK(skipped <= 2);  // and few are exempt
+}
+
+// Every configure preset has its build and test preset of the same name, so that
+// `cmake --preset X && cmake --build --preset X && ctest --preset X` works for each X the README
+// lists (a learner found `cmake --build --preset release` refused once).
+TEST_CASE("docs: every CMake preset can be configured, built and tested by its name") {
+  std::ifstream f(fs::path(FA_SOURCE_DIR) / "CMakePresets.json");
+  REQUIRE(f.good());
+  const nlohmann::json presets = nlohmann::json::parse(f);
+  auto names = [&](const char* kind) {
+    std::set<std::string> out;
+    for (const auto& e : presets.at(kind)) out.insert(e.at("name").get<std::string>());
+    return out;
+  };
+  const std::set<std::string> configure = names("configurePresets");
+  REQUIRE(configure.size() >= 4);
+  CHECK(names("buildPresets") == configure);
+  CHECK(names("testPresets") == configure);
 }
