@@ -43,7 +43,8 @@ void with_type(fa::DType dtype, Go&& go) {
   }
 }
 
-// Calls go(D, W, kM) as integral constants for a compiled gpu_v2 shape at head dim d.
+// Calls go(D, W, kM) as integral constants for a compiled gpu_v2 shape at head dim d; throws for
+// any other (backward_plan() refuses those first: reaching the throw means the two disagree).
 template <class Go>
 void with_shape(int64_t d, const BwdShape& sh, Go&& go) {
   using std::integral_constant;
@@ -56,6 +57,9 @@ void with_shape(int64_t d, const BwdShape& sh, Go&& go) {
     if (W == 4 && kM == 1) return go(integral_constant<int, 128>{}, integral_constant<int, 4>{}, integral_constant<int, 1>{});
     if (W == 8 && kM == 1) return go(integral_constant<int, 128>{}, integral_constant<int, 8>{}, integral_constant<int, 1>{});
   }
+  throw fa::InputError("shape (fa06::BwdShape)", "a compiled gpu_v2 shape",
+                       "Bc " + std::to_string(sh.Bc) + ", " + std::to_string(sh.keys_per_warp) + " keys per warp at d = " +
+                           std::to_string(d) + " (backward_plan() and with_shape() disagree)");
 }
 
 }  // namespace
