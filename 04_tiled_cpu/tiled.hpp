@@ -124,7 +124,7 @@ void forward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, T* O,
         const T* q = Q + p.q_offset(b, h, r0 + r);
         std::copy(q, q + d, Qi.data() + r * d);
         std::fill(Oi.data() + r * dpad, Oi.data() + (r + 1) * dpad, 0.f);
-        m[r] = neg_inf, l[r] = 0.f;
+        m[r] = FA_BUG(FINITE_NEG_INF_INIT, neg_inf, -1e4f), l[r] = 0.f;
       }
       // Causal: the block's last row sees the most keys; key blocks past them are skipped whole.
       const int64_t keys_needed = p.keys_seen(r0 + br - 1);
@@ -163,7 +163,7 @@ void forward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, T* O,
           const int64_t seen = crosses ? std::clamp<int64_t>(p.keys_seen(r0 + r) - c0, 0, bn) : bn;
           // Masked keys and the padding past bn: whatever gemm_qk computed there (from stale Kt
           // columns, even NaN) is replaced by -inf, which exp_neg() turns into exactly 0.
-          std::fill(s + seen, s + bcp, neg_inf);
+          std::fill(s + seen, s + bcp, FA_BUG(FINITE_MASK, neg_inf, -1e4f));
 
           // Online softmax update of row r (lines 10-11; stage 03's update, Br rows at a time):
           //   m_new = max(m, rowmax(S)),  P = exp(S - m_new),  l = e^(m - m_new) l + rowsum(P)

@@ -16,8 +16,15 @@ enum Bug {
   NAN_ON_MASKED_ROW,    // stage 03: exp(-inf - -inf) on a row that has seen no key yet
   LSE_LOG2,             // stage 04: LSE = m + log2(l), base 2 instead of e
   HARDCODED_SCALE,      // stage 04: 1/sqrt(d) instead of the problem's scale
+  FINITE_NEG_INF_INIT,  // stage 04: the running max starts at -1e4 instead of -inf
+  FINITE_MASK,          // stage 04: masked scores set to -1e4 instead of -inf
   D_FROM_DO_ONLY,       // stage 06: D = rowsum(dO * dO) instead of rowsum(dO * O)
   GQA_FIRST_HEAD_ONLY,  // stage 06: dK, dV from the first query head of a GQA group only
+  // The GPU entries (stage 05; built with -DFA_BUG_ZOO_GPU=ON, run by scripts/gpu_check.sh):
+  MISSING_SYNC,         // v1: no barrier before the next K_j, V_j overwrite the tiles others read
+  OFFSET_32BIT,         // v1: Q's offset in 32 bits, which wraps past 2^31 elements
+  RAGGED_NO_MASK,       // v2: keys past N_k in the last (ragged, zero-filled) block not masked
+  FP16_ROWSUM,          // v2: the running row sum l kept in fp16 (overflows past 65504)
 };
 
 #ifndef FA_BUG_ID

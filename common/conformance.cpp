@@ -71,6 +71,9 @@ std::vector<Case> forward_battery() {
     add("logits 100", make(1, 2, 2, 128, 128, 64, causal), Fill::Logits100);
   }
   add("logits 100", make(1, 2, 1, 37, 300, 64, false), Fill::Logits100);
+  // Every logit far below -1e4 (the bug zoo's finite "-inf"; 200 x 200 keeps it out of the
+  // backward battery, whose stage 01 baseline underflows there).
+  for (bool causal : {false, true}) add("logits near -20000", make(1, 2, 2, 200, 200, 64, causal), Fill::LogitsNeg20000);
   // Non-default scales.
   for (float s : {1.0f, 0.01f, 2.0f}) {
     add("scale " + std::to_string(s), make(1, 2, 2, 64, 96, 16, false, s));
@@ -119,6 +122,15 @@ Inputs case_inputs(const Case& c) {
       for (float& x : in.Q.data) x = float(x * (target / now));
       break;
     }
+    case Fill::LogitsNeg20000:
+      // Dim 0 of Q is 400 and of K is -400: -160000 x scale (1/8 at d = 64) = -20000 in every
+      // score. The other dims are multiples of 1/8 in [-4, 4], so every product is a multiple of
+      // 1/64 and every partial sum stays below 2^18: exact in float32 in any order, as is the
+      // score (a multiple of 1/512 below 2^15). The softmax is that of the other dims alone.
+      for (Tensor* t : {&in.Q, &in.K})
+        for (int64_t e = 0; e < t->numel(); ++e)
+          (*t)[e] = e % p.d == 0 ? (t == &in.Q ? 400.f : -400.f) : std::clamp(std::round((*t)[e] * 8.f) / 8.f, -4.f, 4.f);
+      break;
     case Fill::EqualKeys:  // every key row of a (b, kv head) equals its first row
       for (int64_t r = 0; r < p.B * p.H_kv; ++r)
         for (int64_t j = 1; j < p.N_k; ++j)

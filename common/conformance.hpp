@@ -34,6 +34,8 @@ enum class Fill {
               // so a kernel that drops or truncates high dimensions fails
   Logits30,   // normal, with Q rescaled so that max |S_ij| is exactly 30
   Logits100,  // ... exactly 100: exp overflows float32 (stage 01's known failure)
+  LogitsNeg20000,  // every logit near -20000: a finite "-inf" (-1e4) as the initial max or the mask
+                   // value then wins; built so that every score is exact in float32 (case_inputs)
   EqualKeys,  // every key row equal: all scores tie, O_i = mean of the visible V rows,
               // LSE_i = s + log(count)
   OnesV,      // V all ones: O = 1 for every row that sees a key

@@ -17,4 +17,7 @@ if [ -z "$caught" ]; then  # a crash before any test, or no program at all, is n
 fi
 echo "caught (exit code $rc) by:"
 sed 's/^/  /' <<<"$caught"
+# The first failing check, with what it saw (doctest's "values:" and "logged:" lines).
+echo "first failure:"
+awk '/ERROR:/ { n++ } n == 1 && /ERROR:|values:|logged:/' <<<"$out" | sed 's/^/  /'
 exit 0
