@@ -9,6 +9,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "bug_zoo.hpp"  // FA_BUG: the GPU entries of the bug zoo (docs/bug_zoo.md)
+
 namespace fa05 {
 
 __device__ __forceinline__ float load(float x) { return x; }

@@ -112,13 +112,13 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
 
     // Scale; mask only the blocks that need it (the last, ragged one past N_k, and those the
     // causal diagonal crosses): -inf, which exp() turns into exactly 0.
-    const bool mask = c0 + Bc > p.N_k || (p.causal && c0 + Bc > p.keys_seen(r0));
+    const bool mask = FA_BUG(RAGGED_NO_MASK, c0 + Bc > p.N_k, false) || (p.causal && c0 + Bc > p.keys_seen(r0));
     for (int n = 0; n < Bc / 8; ++n)
       for (int e = 0; e < 4; ++e) {
         s[n][e] *= scale;
         if (mask) {
           const int64_t i = r0 + warp * 16 + g + e / 2 * 8, j = c0 + n * 8 + 2 * t4 + e % 2;
-          if (j >= p.N_k || !p.visible(i, j)) s[n][e] = neg_inf;
+          if (FA_BUG(RAGGED_NO_MASK, j >= p.N_k, false) || !p.visible(i, j)) s[n][e] = neg_inf;
         }
       }
 
@@ -138,6 +138,7 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
           rowsum += s[n][e];
         }
       l[r] = alpha * l[r] + rowsum;
+      if (FA_BUG(FP16_ROWSUM, false, true)) l[r] = __half2float(__float2half(l[r]));  // l kept in fp16
       m[r] = m_new;
       for (int n = 0; n < D / 8; ++n) o[n][2 * r] *= alpha, o[n][2 * r + 1] *= alpha;  // line 10, first half
     }
