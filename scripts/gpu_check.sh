@@ -8,7 +8,10 @@
 # LOG_DIR; a summary table is printed last.
 #
 #   scripts/gpu_check.sh LOG_DIR [PHASES]
-#     PHASES: comma-separated, default env,build,test,sass,sanitize,bwd,ncu,bench,bench_bwd,compare,tour
+#     PHASES: comma-separated, default env,build,test,sass,sanitize,bwd,ncu,bench,bench_bwd,compare,tour;
+#             also (not by default) zoo (the bug zoo's GPU entries, verbose), compare_fp16 (the forward timing grid in fp16), numerics
+#             (tools/gpu_numerics.py: every kernel's and backend's error against float64), ncu_small
+#             (v7 at d = 128, N = 512 and 8192, where it trails FlashAttention-2 and where it does not)
 #     env: BENCH_FILTER, BENCH_BWD_FILTER (--benchmark_filter regexes), COMPARE_ARGS (e.g. --quick
 #          --backward), CTEST_ARGS (e.g. -R 05), SANITIZE_KERNELS (e.g. "v6:bf16:0,1"),
 #          SANITIZE_BWD (tools for stage 06's GPU backwards, "" for none), SANITIZE_BWD_KERNELS
@@ -54,7 +57,7 @@ fi
 
 if has build; then
   step configure 300 cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
-    -DCMAKE_PREFIX_PATH="$PWD/.gpu_deps" -DCMAKE_CUDA_FLAGS="-Xptxas=-v" &&
+    -DCMAKE_PREFIX_PATH="$PWD/.gpu_deps" -DCMAKE_CUDA_FLAGS="-Xptxas=-v" -DFA_BUG_ZOO_GPU=ON &&
     step build 500 cmake --build $BUILD -j "$(nproc)"
   # ptxas's report (registers, shared memory, spills) of every kernel, from the build log
   # Registers and spills per kernel, and any wgmma serialisation ptxas reports (C75xx infos: it
@@ -118,7 +121,7 @@ if has sanitize; then
 fi
 
 if has bwd; then
-  # Stage 06 on the GPU (fp32: forward v1 + backward gpu_v1; bf16: forward v5 + backward gpu_v2)
+  # Stage 06 on the GPU (fp32: forward v1 + backward gpu_v1; bf16: forward v7 + backward gpu_v2/v3)
   # beside the CPU version, and checked runs.
   for dev in gpu:fp32 gpu:bf16 cpu:fp32; do
     NOTE="backward" step "bwd_${dev/:/_}_N4096_d64" 300 $BUILD/06_backward_recompute/06_backward_recompute \
@@ -153,6 +156,21 @@ if has ncu; then
     $BIN/05_cuda_tiled --kernel cublas --dtype bf16 --batch 4 --heads 32 --seq-q 4096 --head-dim 64 --no-check
 fi
 
+if has zoo; then
+  # The bug zoo's GPU entries (FA_BUG_ZOO_GPU): each passes only if the GPU tests catch its bug;
+  # verbose, so the log names the test case that caught each and its first failing check.
+  NOTE="tests passed" step zoo_gpu 480 ctest --test-dir $BUILD -j 4 -V -R '^zoo_(missing_sync|offset_32bit|ragged_no_mask|fp16_rowsum)$'
+fi
+
+if has ncu_small; then
+  # v7 at d = 128 where it trails FlashAttention-2 (N = 512: 4 key blocks per thread block) and
+  # where it does not (N = 8192), the papers' grid (B = 16384/N, H = 16): what the short loop costs.
+  for n in 512 8192; do
+    step ncu_v7_d128_N$n 300 ncu --clock-control none --set detailed -k regex:forward_kernel -c 1 \
+      $BIN/05_cuda_tiled --kernel v7 --dtype bf16 --batch $((16384 / n)) --heads 16 --seq-q $n --head-dim 128 --no-check
+  done
+fi
+
 if has bench; then
   # A filtered run writes *.filtered.json, which scripts/gpu_results.sh does not take as the results.
   NOTE="BM_" step bench 560 $BIN/bench_05_cuda_tiled \
@@ -170,6 +188,17 @@ if has compare; then
   # shellcheck disable=SC2086
   NOTE="^checks:" step compare_torch 560 env PYTHONUNBUFFERED=1 python3 tools/compare_torch.py --lib $BIN/libfa05.so \
     --json "$LOG/compare_torch_05.json" ${COMPARE_ARGS:-}
+fi
+
+if has compare_fp16; then
+  # shellcheck disable=SC2086
+  NOTE="^checks:" step compare_torch_fp16 560 env PYTHONUNBUFFERED=1 python3 tools/compare_torch.py --lib $BIN/libfa05.so \
+    --json "$LOG/compare_torch_05_fp16.json" --dtypes fp16 ${COMPARE_FP16_ARGS:-}
+fi
+
+if has numerics; then
+  step gpu_numerics 300 env PYTHONUNBUFFERED=1 python3 tools/gpu_numerics.py --lib $BIN/libfa05.so \
+    --json "$LOG/gpu_numerics.json"
 fi
 
 if has tour; then

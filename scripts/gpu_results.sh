@@ -3,6 +3,8 @@
 # drawn from them: run here, on the folder gpu_check.sh wrote (fetched from the GPU machine).
 #   docs/results/bench_05_cuda_tiled.json   the Google Benchmark JSON
 #   docs/results/compare_torch_05.json      tools/compare_torch.py's checks and timing rows
+#   docs/results/compare_torch_05_fp16.json the same in fp16 (phase compare_fp16)
+#   docs/results/gpu_numerics.json          tools/gpu_numerics.py's errors (phase numerics)
 #   docs/results/gpu_check/                 the logs the READMEs cite (summary, SASS, ptxas, ncu,
 #                                           ctest, tour, compare, bench, one sanitizers.log); another
 #                                           folder with RESULTS=docs/results/NAME (a check of one part,
@@ -58,8 +60,12 @@ if fwd:
 if bwd:
     json.dump(dict(data, rows=bwd), open("docs/results/compare_torch_bwd.json", "w"), indent=1)
 PY
+  # The fp16 timing grid (phase compare_fp16) and the GPU numerics table (phase numerics).
+  [ -f "$LOG/compare_torch_05_fp16.json" ] && cp "$LOG/compare_torch_05_fp16.json" docs/results/compare_torch_05_fp16.json
+  [ -f "$LOG/gpu_numerics.json" ] && cp "$LOG/gpu_numerics.json" docs/results/gpu_numerics.json
   for f in sass_summary.txt ptxas.txt sass06_summary.txt res_usage_06.txt compare_torch.log tour.log tour_bf16.log \
-           env.log bench.log bench_bwd.log; do
+           env.log bench.log bench_bwd.log compare_torch_fp16.log gpu_numerics.log zoo_gpu.log \
+           bench_05_cuda_tiled.filtered.json bench_06_backward_gpu.filtered.json; do
     [ -f "$LOG/$f" ] && cp "$LOG/$f" "$R/$f"
   done
   for f in "$LOG"/bwd_*.log "$LOG"/ncu_*.log; do [ -f "$f" ] && cp "$f" "$R/"; done

@@ -25,7 +25,7 @@ it PyTorch tensors' device pointers, so our kernels and SDPA's backends read the
    side (kind bwd). Backward TFLOP/s: 2.5x the forward's FLOPs (FA2's convention).
 
 Usage: python3 tools/compare_torch.py --lib build-gpu/05_cuda_tiled/libfa05.so [--json out.json]
-       [--quick]   (fewer sizes)   [--backward]
+       [--quick]   (fewer sizes)   [--backward]   [--dtypes fp16]   (default bf16,fp32)
 Needs a CUDA GPU and PyTorch (>= 2.5 for enable_gqa); not part of the README's two commands.
 """
 import argparse
@@ -219,10 +219,10 @@ def time_ms(fn, reps):
     return statistics.median(times)
 
 
-def timing(fa, device, quick, log):
+def timing(fa, device, quick, log, dtypes=("bf16", "fp32")):
     rows = []
     Ns = [1024, 4096, 16384] if quick else [512, 1024, 2048, 4096, 8192, 16384]
-    for dname in ("bf16", "fp32"):
+    for dname in dtypes:
         dt = DTYPES[dname][1]
         for d in (64, 128):
             for causal in (False, True):
@@ -305,6 +305,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="N in {1024, 4096, 16384} only")
     ap.add_argument("--no-timing", action="store_true")
     ap.add_argument("--backward", action="store_true", help="also time SDPA's backward (bf16)")
+    ap.add_argument("--dtypes", default="bf16,fp32", help="the forward timing's dtypes (default bf16,fp32)")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("compare_torch: expected a CUDA GPU, found none", file=sys.stderr)
@@ -322,7 +323,7 @@ def main():
     log("checks (vs float64):")
     ok = checks(fa, device, log)
     log(f"checks: {'PASS' if ok else 'FAIL'}")
-    rows = [] if args.no_timing else (log("timing (TFLOP/s, median of CUDA-event times):") or timing(fa, device, args.quick, log))
+    rows = [] if args.no_timing else (log("timing (TFLOP/s, median of CUDA-event times):") or timing(fa, device, args.quick, log, args.dtypes.split(",")))
     if args.backward:
         log("backward timing (TFLOP/s = 2.5 x forward FLOPs / time, median of CUDA-event times):")
         rows += timing_backward(device, args.quick, log)
