@@ -7,7 +7,7 @@
 //                    built only where nvcc is
 //   --bwd-kernel K   with --device gpu: gpu_v1, gpu_v2, gpu_v3 or a _det variant (default: the
 //                    fastest measured, fa06::default_backward_kernel; in fp16/bf16 the forward is
-//                    stage 05's v5)
+//                    stage 05's v7, which runs v5 off sm_90)
 #include "cli.hpp"
 #include "stage_06.hpp"
 #ifdef FA06_GPU

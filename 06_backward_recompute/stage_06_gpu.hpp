@@ -39,8 +39,9 @@ inline fa::BackwardFn stage_06_gpu_backward(const std::string& asked = "gpu_v1",
 }
 
 // The forward that feeds a GPU backward in `dtype`: stage 05's v1 in fp32, its fastest
-// tensor-core version (v5) in fp16/bf16 (v1 at the head dims v5 does not run).
-inline fa::ForwardFn stage_06_gpu_forward(fa::DType t) { return stage_05_forward(t == fa::DType::fp32 ? "v1" : "v5", t); }
+// tensor-core version (v7, which runs v5 off sm_90) in fp16/bf16 (v1 at the head dims they do
+// not run).
+inline fa::ForwardFn stage_06_gpu_forward(fa::DType t) { return stage_05_forward(t == fa::DType::fp32 ? "v1" : "v7", t); }
 
 // The whole stage on the GPU: forward by stage_06_gpu_forward, backward by `kernel` ("" = the
 // default for the head dim).

@@ -1,7 +1,7 @@
 // Stage 06's GPU tests (skipped, exit code 77, on a machine without a GPU):
 //   - the backward battery for gpu_v1 (fp32), fed by stage 05 v1's O and LSE, and for the
 //     tensor-core backwards gpu_v2, gpu_v3 and their _det variants (fp16, bf16), fed by stage 05
-//     v5's, against the float64 reference backward and stage 01's materialised backward (16-bit:
+//     v7's (v5's off sm_90), against the float64 reference backward and stage 01's materialised backward (16-bit:
 //     plus what storing values in 16 bits causes)
 //   - ragged sizes around the blocks, N_q != N_k, causal (rows that see no key), GQA: gpu_v1 at
 //     d = 1 .. 256, gpu_v2 and gpu_v3 at d = 64 and 128 (gpu_v2 at each of its block shapes)
@@ -68,7 +68,7 @@ TEST_CASE("06 gpu_v1: extra GPU memory is D, one float per query row (the plan's
   CHECK(mem.peak_bytes() == 4 * p.lse_elems());
 }
 
-TEST_CASE("06 gpu_v2: backward battery in fp16 and bf16, O and LSE from stage 05 v5 (other d: gpu_v1)") {
+TEST_CASE("06 gpu_v2: backward battery in fp16 and bf16, O and LSE from stage 05 v7 (other d: gpu_v1)") {
   for (fa::DType t : kHalfTypes) {
     INFO("dtype " << std::string(fa::dtype_name(t)));
     fa::check_backward_battery(stage_06_gpu_backward("gpu_v2", t), false, stage_06_gpu_forward(t), v2_storage(t));
