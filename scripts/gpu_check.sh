@@ -11,7 +11,8 @@
 #     PHASES: comma-separated, default env,build,test,sass,sanitize,bwd,ncu,bench,bench_bwd,compare,tour;
 #             also (not by default) zoo (the bug zoo's GPU entries, verbose), compare_fp16 (the forward timing grid in fp16), numerics
 #             (tools/gpu_numerics.py: every kernel's and backend's error against float64), ncu_small
-#             (v7 at d = 128, N = 512 and 8192, where it trails FlashAttention-2 and where it does not)
+#             (v7 at d = 128, N = 512 and 8192, where it trails FlashAttention-2 and where it does not,
+#             and SDPA's flash at N = 512)
 #     env: BENCH_FILTER, BENCH_BWD_FILTER (--benchmark_filter regexes), COMPARE_ARGS (e.g. --quick
 #          --backward), CTEST_ARGS (e.g. -R 05), SANITIZE_KERNELS (e.g. "v6:bf16:0,1"),
 #          SANITIZE_BWD (tools for stage 06's GPU backwards, "" for none), SANITIZE_BWD_KERNELS
@@ -169,6 +170,15 @@ if has ncu_small; then
     step ncu_v7_d128_N$n 300 ncu --clock-control none --set detailed -k regex:forward_kernel -c 1 \
       $BIN/05_cuda_tiled --kernel v7 --dtype bf16 --batch $((16384 / n)) --heads 16 --seq-q $n --head-dim 128 --no-check
   done
+  # SDPA's flash backend (FlashAttention-2) at the same N = 512 point: its launch (threads,
+  # registers, shared memory, thread blocks per SM) beside v7's.
+  step ncu_flash_d128_N512 300 ncu --clock-control none --set detailed -k regex:flash -c 1 python3 -c "
+import torch, torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+q, k, v = (torch.randn(32, 16, 512, 128, device='cuda', dtype=torch.bfloat16) for _ in range(3))
+with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+    F.scaled_dot_product_attention(q, k, v)
+torch.cuda.synchronize()"
 fi
 
 if has bench; then

@@ -17,7 +17,8 @@ if [ -z "$caught" ]; then  # a crash before any test, or no program at all, is n
 fi
 echo "caught (exit code $rc) by:"
 sed 's/^/  /' <<<"$caught"
-# The first failing check, with what it saw (doctest's "values:" and "logged:" lines).
+# The first failing check, with what it saw: doctest's ERROR line, then its "values:" and
+# "logged:" lines (the INFO context: dtype, case), up to the blank line that ends the report.
 echo "first failure:"
-awk '/ERROR:/ { n++ } n == 1 && /ERROR:|values:|logged:/' <<<"$out" | sed 's/^/  /'
+awk '/ERROR:/ { n++ } n == 1 { if ($0 == "") exit; print }' <<<"$out" | sed 's/^/  /'
 exit 0

@@ -21,6 +21,8 @@ KINDs:
                                                     beside SDPA's backward (compare_torch.py
                                                     --backward) from the same gpu_check run
   bwd_shape:docs/results/bench_06_backward_gpu.json gpu_v2's key-block sweep (BM_bwd_shape)
+  numerics:docs/results/gpu_numerics.json           every kernel's and SDPA backend's error against float64
+                                                    (tools/gpu_numerics.py), fp16 and bf16
   io:docs/results/gpu_check                         HBM bytes each kernel moved, from the ncu logs
                                                     gpu_check.sh keeps there, beside the bytes it
                                                     must move and the count of math.md (5.6)
@@ -324,7 +326,45 @@ def io_table(src, _, link):
     return "\n".join(out) + "\n"
 
 
-KINDS = {"compare": compare_table, "bench": bench_table, "sram": sram_table, "versions": versions_table,
+def numerics_table(src, _, link):
+    data = json.loads((ROOT / src).read_text())
+    rows = data["rows"]
+    impls = []
+    for r in rows:
+        if r["impl"] not in impls:
+            impls.append(r["impl"])
+    cases = []
+    for r in rows:
+        key = (r["case"], r["N_k"], r["d_true"], r["dtype"])
+        if key not in cases:
+            cases.append(key)
+    err = {(r["case"], r["N_k"], r["d_true"], r["dtype"], r["impl"]): r for r in rows}
+
+    def cell(r):
+        if r is None or r["max_err"] is None:
+            return "-"
+        e = r["max_err"]
+        return "**inf**" if e == float("inf") else f"{e:.1e}"
+
+    short = [i.replace("fa05 ", "").replace("sdpa ", "") for i in impls]
+    out = ["| case | N_k | d | dtype | input rounding | " + " | ".join(f"`{s}`" for s in short) + " |",
+           "|---|---:|---:|---|---:|" + "---:|" * len(impls)]
+    for c in cases:
+        first = next(r for r in rows if (r["case"], r["N_k"], r["d_true"], r["dtype"]) == c)
+        out.append(f"| {c[0]} | {c[1]} | {c[2]} | {c[3]} | {first['input_rounding']:.1e} | "
+                   + " | ".join(cell(err.get(c + (i,))) for i in impls) + " |")
+    out.append("")
+    out.append(f"max |O - O64| over every element, O64 = float64 attention on the inputs as rounded to the dtype; "
+               f"input rounding: |O64(rounded inputs) - O64(fp32 inputs)|; **inf**: a NaN or inf in O. v1 ... v7, "
+               f"cublas: stage 05's kernels (a version that would fall back to another at that d is left out); flash, "
+               f"cudnn, efficient, math: SDPA's backends; naive16: materialised attention in PyTorch ops, every "
+               f"intermediate stored in the dtype. Measured {data['date']} on an {data['device']} (PyTorch "
+               f"{data['torch']}) by `scripts/gpu_check.sh` (`python3 tools/gpu_numerics.py --lib "
+               f"build-gpu/05_cuda_tiled/libfa05.so --json ...`); source: [{src}]({link}).")
+    return "\n".join(out) + "\n"
+
+
+KINDS = {"numerics": numerics_table, "compare": compare_table, "bench": bench_table, "sram": sram_table, "versions": versions_table,
          "shape": shape_table, "bwd": bwd_table, "bwd_shape": bwd_shape_table, "io": io_table}
 
 
