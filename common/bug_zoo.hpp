@@ -24,7 +24,7 @@ enum Bug {
   MISSING_SYNC,         // v1: no barrier before the next K_j, V_j overwrite the tiles others read
   OFFSET_32BIT,         // v1: Q's offset in 32 bits, which wraps past 2^31 elements
   RAGGED_NO_MASK,       // v2: keys past N_k in the last (ragged, zero-filled) block not masked
-  FP16_ROWSUM,          // v2: the running row sum l kept in fp16 (overflows past 65504)
+  FP16_ROWSUM,          // v2: the running row sum l kept in fp16 (rounded; at long N it stops growing)
 };
 
 #ifndef FA_BUG_ID
