@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <map>
@@ -23,6 +24,7 @@
 #include "kernels/v5_shape.cuh"
 #include "kernels/v6_warp_rows.cuh"
 #include "kernels/v7_wgmma.cuh"
+#include "kernels/v8_persistent.cuh"
 #include "runner.hpp"
 
 namespace fa05 {
@@ -49,6 +51,9 @@ const std::vector<KernelInfo>& kernels() {
        true, 256},
       {"v7", "kernels/v7_wgmma.cuh",
        "v5 on Hopper's wgmma: a warpgroup per 64 rows, K and V read by the tensor cores from shared memory",
+       true, 256},
+      {"v8", "kernels/v8_persistent.cuh",
+       "v7 + persistent blocks: one per SM walks the tiles, loading the next tile's Q, K, V during the last block",
        true, 256},
       {"cublas", "kernels/baseline_cublas.cuh",
        "materialised baseline: cuBLAS S = QK^T, softmax kernel, cuBLAS O = PV; S, P in HBM",
@@ -208,6 +213,13 @@ struct V7 {
   static auto kernel() { return v7::forward_kernel<T, D, W, C>; }
   static int64_t smem(int64_t d, int64_t warps, int64_t Bc) { return v7::smem_bytes(int(d), int(warps), int(Bc)); }
 };
+struct V8 {  // v7's shapes, with a second Q tile in shared memory
+  static constexpr int rows_per_warp = 16;
+  using Shapes = V7Shapes;
+  template <class T, int D, int W, int C>
+  static auto kernel() { return v8::forward_kernel<T, D, W, C>; }
+  static int64_t smem(int64_t d, int64_t warps, int64_t Bc) { return v8::smem_bytes(int(d), int(warps), int(Bc)); }
+};
 
 // Ver's shapes at head dim d, as (Br, Bc).
 template <class Ver, class... S>
@@ -230,7 +242,16 @@ void tc_launch(const fa::AttnProblem& p, fa::DType dtype, const void* Q, const v
     using T = decltype(tag);
     auto* kernel_fn = make(tag, d_tag);
     set_smem(kernel_fn, pl.smem_bytes);
-    kernel_fn<<<unsigned(pl.blocks), unsigned(pl.threads), size_t(pl.smem_bytes), stream>>>(
+    int64_t grid = pl.blocks;
+    if (pl.runs == "v8") {  // persistent: as many blocks as stay resident at once, each walks tiles
+      int dev = 0, sms = 0, per_sm = 0;
+      FA_CUDA_CHECK(cudaGetDevice(&dev));
+      FA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+      FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_fn, int(pl.threads), size_t(pl.smem_bytes)));
+      grid = std::min<int64_t>(pl.blocks, int64_t(std::max(per_sm, 1)) * sms);
+      if (pl.persistent_blocks > 0) grid = std::min(grid, pl.persistent_blocks);
+    }
+    kernel_fn<<<unsigned(grid), unsigned(pl.threads), size_t(pl.smem_bytes), stream>>>(
         static_cast<const T*>(Q), static_cast<const T*>(K), static_cast<const T*>(V), static_cast<T*>(O),
         LSE, p, p.resolved_scale(), ceil_div(p.N_q, pl.Br));
     FA_CUDA_CHECK(cudaGetLastError());
@@ -276,8 +297,10 @@ void tc_forward(const fa::AttnProblem& p, fa::DType dtype, const void* Q, const 
     found = dispatch_shape<V5>(pl, p.d, go);
   else if (pl.runs == "v6")
     found = dispatch_shape<V6>(pl, p.d, go);
-  else
+  else if (pl.runs == "v7")
     found = dispatch_shape<V7>(pl, p.d, go);
+  else
+    found = dispatch_shape<V8>(pl, p.d, go);
   if (!found)  // plan() checked the shape: unreachable unless the two disagree
     throw Unsupported("--block-q/--block-k", "a compiled shape", std::to_string(pl.Br) + "x" + std::to_string(pl.Bc));
 }
@@ -288,6 +311,7 @@ std::vector<BlockShape> block_shapes(const std::string& kernel, int64_t d) {
   if (kernel == "v5") return shape_list<V5>(d);
   if (kernel == "v6") return shape_list<V6>(d);
   if (kernel == "v7") return shape_list<V7>(d);
+  if (kernel == "v8") return shape_list<V8>(d);
   return {};
 }
 
@@ -303,6 +327,8 @@ BlockShape default_shape(const std::string& kernel, int64_t d) {
   // warpgroup: 280 against 249 non-causal at N = 8192; summed over the sweep's four d = 64
   // columns 962, against 128 x 64's 950 and 128 x 128's 877; 128 x 64 wins the causal columns).
   if (kernel == "v7") return d <= 64 ? BlockShape{64, 128} : BlockShape{128, 128};
+  // v8: v7's shapes, by the same sweep (BM_shape runs v8's too).
+  if (kernel == "v8") return default_shape("v7", d);
   return {0, 0};
 }
 
@@ -315,12 +341,12 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
   Plan pl;
   pl.runs = kernel;
   const bool tensor_cores = kernel == "v2" || kernel == "v3" || kernel == "v4" || kernel == "v5" || kernel == "v6" ||
-                            kernel == "v7";
+                            kernel == "v7" || kernel == "v8";
   if (tensor_cores && (dtype == fa::DType::fp32 || (p.d != 64 && p.d != 128))) {
     pl.runs = "v1";
     pl.note = kernel + " runs fp16/bf16 at d = 64 or 128 (tensor cores); ran v1 for " +
               fa::dtype_name(dtype) + " at d = " + std::to_string(p.d);
-  } else if (kernel == "v7") {
+  } else if (kernel == "v7" || kernel == "v8") {
     const int sm = cfg.sm > 0 ? cfg.sm : fa::gpu_compute_capability();
 #if FA05_HAVE_SM90A
     constexpr bool built = true;
@@ -328,17 +354,24 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
     constexpr bool built = false;  // v7's kernels are compiled only into sm_90a code
 #endif
     if (!built || (sm > 0 && sm != 90)) {
-      pl.runs = "v5";  // every v7 shape is a v5 shape (V7Shapes)
-      pl.note = !built ? "v7 needs a build for sm_90a (wgmma); this one has none: ran v5"
-                       : "v7 runs on sm_90 only (wgmma); ran v5 on this sm_" + std::to_string(sm) + " GPU";
+      pl.runs = "v5";  // every v7 (and v8) shape is a v5 shape (V7Shapes)
+      pl.note = !built ? kernel + " needs a build for sm_90a (wgmma); this one has none: ran v5"
+                       : kernel + " runs on sm_90 only (wgmma); ran v5 on this sm_" + std::to_string(sm) + " GPU";
+    } else if (kernel == "v8" && p.d == 64) {
+      // Measured on the H200 (README, v8): at d = 64 v7's 64 x 128 blocks fit three to an SM, and
+      // v8's second Q tile leaves room for two; v8 ran 17 % slower there. v7 runs instead.
+      pl.runs = "v7";
+      pl.note = "v8 runs d = 128 only (at d = 64 its second Q tile costs v7's third block per SM): ran v7";
     }
   }
   // The knobs mean nothing to the other kernels: refuse them rather than ignore them. v1 takes
   // all three; v5, v6 and v7 take a block shape they are compiled for (--block-q, --block-k).
-  const bool runs_shaped = pl.runs == "v5" || pl.runs == "v6" || pl.runs == "v7";
+  const bool runs_shaped = pl.runs == "v5" || pl.runs == "v6" || pl.runs == "v7" || pl.runs == "v8";
+  if (cfg.persistent_blocks > 0 && kernel != "v8")  // v8 that falls back to v5 ignores it
+    throw Unsupported("--persistent-blocks", "only with v8", "kernel " + kernel);
   if (pl.runs != "v1" && (cfg.sram_bytes > 0 || ((cfg.Br > 0 || cfg.Bc > 0) && !runs_shaped)))
     throw Unsupported(runs_shaped ? "--sram-bytes" : "--sram-bytes/--block-q/--block-k",
-                      runs_shaped ? "only with v1 (" + kernel + " takes --block-q/--block-k)" : "only with v1, v5, v6 or v7",
+                      runs_shaped ? "only with v1 (" + kernel + " takes --block-q/--block-k)" : "only with v1, v5, v6, v7 or v8",
                       "kernel " + kernel + ", which runs " + pl.runs + " here");
   if (pl.runs == "v2" || pl.runs == "v3" || pl.runs == "v4") {
     pl.Br = 64, pl.Bc = 64;  // v2::Br, v2::Bc; v3 and v4 keep them
@@ -348,18 +381,20 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
                                     : (D == 64 ? v3::smem_bytes<64>() : v3::smem_bytes<128>());
     pl.blocks = p.B * p.H * ceil_div(p.N_q, pl.Br);
   } else if (runs_shaped) {
-    // The shared memory of shape (Br, Bc) for the kernel that runs (v7: 16 rows per warp, as v5).
+    // The shared memory of shape (Br, Bc) for the kernel that runs (v7, v8: 16 rows per warp, as v5).
     const auto smem = [&](int64_t Br, int64_t Bc) {
       const int64_t warps = Br / (pl.runs == "v6" ? V6::rows_per_warp : V5::rows_per_warp);
-      return pl.runs == "v5" ? V5::smem(p.d, warps, Bc) : pl.runs == "v6" ? V6::smem(p.d, warps, Bc)
-                                                                          : V7::smem(p.d, warps, Bc);
+      return pl.runs == "v5"   ? V5::smem(p.d, warps, Bc)
+             : pl.runs == "v6" ? V6::smem(p.d, warps, Bc)
+             : pl.runs == "v7" ? V7::smem(p.d, warps, Bc)
+                               : V8::smem(p.d, warps, Bc);
     };
-    const BlockShape def = default_shape(kernel, p.d);  // v7 -> v5 keeps v7's shape
+    const BlockShape def = default_shape(kernel, p.d);  // v7/v8 -> v5 keeps their shape
     pl.Br = cfg.Br > 0 ? cfg.Br : def.Br;
     pl.Bc = cfg.Bc > 0 ? cfg.Bc : def.Bc;
     bool compiled = false;
     std::string list;
-    const std::vector<BlockShape> shapes = block_shapes(kernel, p.d);  // v7's, also when v5 runs them
+    const std::vector<BlockShape> shapes = block_shapes(kernel, p.d);  // v7's (v8's), also when v5 runs them
     for (const BlockShape& sh : shapes) {
       compiled = compiled || (sh.Br == pl.Br && sh.Bc == pl.Bc);
       list += (list.empty() ? "" : ", ") + std::to_string(sh.Br) + "x" + std::to_string(sh.Bc);
@@ -384,10 +419,11 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
         pl.Br = best.Br, pl.Bc = best.Bc;
       }
     }
-    const int64_t warps = pl.Br / (pl.runs == "v6" ? V6::rows_per_warp : V5::rows_per_warp);  // v7: 16, as v5
+    const int64_t warps = pl.Br / (pl.runs == "v6" ? V6::rows_per_warp : V5::rows_per_warp);  // v7, v8: 16, as v5
     pl.threads = 32 * warps;
     pl.smem_bytes = smem(pl.Br, pl.Bc);
     pl.blocks = p.B * p.H * ceil_div(p.N_q, pl.Br);
+    if (pl.runs == "v8") pl.persistent_blocks = cfg.persistent_blocks;
   } else if (pl.runs == "v1") {
     v1_blocks(p, cfg, pl.Br, pl.Bc);
     pl.threads = v1::kThreads;
