@@ -2,8 +2,8 @@
 //   - the conformance battery for every kernel in fp32, fp16 and bf16 (common/conformance.hpp;
 //     v3 ... v6 in fp16 and bf16, where they run themselves)
 //   - v1 at block shapes that do not divide N, at tiny and huge blocks, at head dims 1 .. 256
-//   - every tensor-core version (v2 ... v7) at ragged sizes around its blocks, d = 64 and 128;
-//     v5, v6 and v7 at every block shape they are compiled for
+//   - every tensor-core version (v2 ... v8) at ragged sizes around its blocks, d = 64 and 128;
+//     v5 ... v8 at every block shape they are compiled for
 //   - determinism (a race shows as a result that moves between runs)
 //   - offsets past 2^31 elements (every kernel); a row sum past fp16's range (every kernel)
 //   - the measured extra GPU memory against the plan (0 for v1, S and P for cuBLAS)
@@ -49,8 +49,8 @@ TEST_CASE("05 v2 (tensor cores): conformance battery in fp16 and bf16 (and fp32 
   }
 }
 
-TEST_CASE("05 v3 ... v7: conformance battery in fp16 and bf16") {
-  for (const char* k : {"v3", "v4", "v5", "v6", "v7"})
+TEST_CASE("05 v3 ... v8: conformance battery in fp16 and bf16") {
+  for (const char* k : {"v3", "v4", "v5", "v6", "v7", "v8"})
     for (fa::DType t : {fa::DType::fp16, fa::DType::bf16}) {
       INFO(k << " dtype " << std::string(fa::dtype_name(t)));
       fa::check_forward_battery(stage_05_forward(k, t), false, storage(k, t));
@@ -63,8 +63,13 @@ const int64_t kRaggedSizes[][2] = {{1, 1},       {1, 200},   {17, 17},    {63, 6
                                    {65, 65},     {127, 129}, {129, 127},  {200, 63}, {63, 200},
                                    {1000, 1000}, {300, 1000}, {1000, 300}};
 
-// v7 runs only on sm_90 (elsewhere its plan runs v5, and says so).
-bool runs_itself(const std::string& k) { return k != "v7" || fa::gpu_compute_capability() == 90; }
+// v7 and v8 run only on sm_90 (elsewhere their plan runs v5, and says so); v8 runs only d = 128
+// (at d = 64 its plan runs v7).
+bool runs_itself(const std::string& k) { return (k != "v7" && k != "v8") || fa::gpu_compute_capability() == 90; }
+std::string expected_runs(const std::string& k, int64_t d) {
+  if (!runs_itself(k)) return "v5";
+  return k == "v8" && d == 64 ? "v7" : k;
+}
 
 void check_ragged(const char* k) {
   for (int64_t d : {64, 128})
@@ -72,7 +77,7 @@ void check_ragged(const char* k) {
       for (bool causal : {false, true}) {
         const fa::Case c{std::string(k) + " shape", fa::make_problem(2, 4, 2, nn[0], nn[1], d, causal), fa::Fill::HighDims};
         for (fa::DType t : {fa::DType::fp16, fa::DType::bf16}) {
-          CHECK(fa05::plan(k, c.p, t).runs == (runs_itself(k) ? std::string(k) : "v5"));
+          CHECK(fa05::plan(k, c.p, t).runs == expected_runs(k, d));
           fa::check_forward_case(stage_05_forward(k, t), c, false, storage(k, t));
         }
       }
@@ -84,8 +89,9 @@ TEST_CASE("05 ragged v4: N_q != N_k, causal, GQA at d = 64 and 128, fp16 and bf1
 TEST_CASE("05 ragged v5: N_q != N_k, causal, GQA at d = 64 and 128, fp16 and bf16") { check_ragged("v5"); }
 TEST_CASE("05 ragged v6: N_q != N_k, causal, GQA at d = 64 and 128, fp16 and bf16") { check_ragged("v6"); }
 TEST_CASE("05 ragged v7: N_q != N_k, causal, GQA at d = 64 and 128, fp16 and bf16") { check_ragged("v7"); }
+TEST_CASE("05 ragged v8: N_q != N_k, causal, GQA at d = 64 and 128, fp16 and bf16") { check_ragged("v8"); }
 
-// Every block shape v5, v6 and v7 are compiled for (the sweep's candidates), not only the default
+// Every block shape v5 ... v8 are compiled for (the sweep's candidates), not only the default
 // one, with N around 32, 64, 128 and 256.
 void check_shapes(const char* k) {
   if (!runs_itself(k)) {
@@ -108,9 +114,36 @@ void check_shapes(const char* k) {
     }
 }
 
+// v8's persistent blocks: capped at 1 and 3 blocks, so that each walks many tiles (the
+// next tile's loads started during the last block of one; causal tiles with no key to see; the
+// Q and K/V buffers alternating across tiles), at every shape, ragged, causal with rows that see
+// no key, GQA, fp16 and bf16. Without a cap, the small problems above fit one tile per block.
+TEST_CASE("05 v8: persistent blocks walking many tiles, every shape, ragged, causal, GQA") {
+  if (!runs_itself("v8")) {
+    MESSAGE("v8 runs v5 on this GPU");
+    return;
+  }
+  const int64_t sizes[][2] = {{1, 1}, {63, 200}, {200, 63}, {300, 1000}, {1000, 300}};
+  for (int64_t d : {128})  // v8 runs d = 128 only
+    for (const fa05::BlockShape& sh : fa05::block_shapes("v8", d))
+      for (int64_t cap : {1, 3}) {
+        fa05::Config cfg;
+        cfg.Br = sh.Br, cfg.Bc = sh.Bc, cfg.persistent_blocks = cap;
+        for (auto& nn : sizes)
+          for (bool causal : {false, true}) {
+            const fa::Case c{"v8 " + std::to_string(sh.Br) + "x" + std::to_string(sh.Bc) + ", " + std::to_string(cap) +
+                                 " blocks",
+                             fa::make_problem(2, 4, 2, nn[0], nn[1], d, causal), fa::Fill::HighDims};
+            for (fa::DType t : {fa::DType::fp16, fa::DType::bf16})
+              fa::check_forward_case(stage_05_forward("v8", t, cfg), c, false, storage("v8", t));
+          }
+      }
+}
+
 TEST_CASE("05 v5: every compiled block shape, ragged and causal, bf16") { check_shapes("v5"); }
 TEST_CASE("05 v6: every compiled block shape, ragged and causal, bf16") { check_shapes("v6"); }
 TEST_CASE("05 v7: every compiled block shape, ragged and causal, bf16") { check_shapes("v7"); }
+TEST_CASE("05 v8: every compiled block shape, ragged and causal, bf16") { check_shapes("v8"); }
 
 TEST_CASE("05 cublas (materialised baseline): conformance battery in fp32, fp16 and bf16") {
   for (fa::DType t : kDtypes) {
@@ -156,7 +189,7 @@ TEST_CASE("05: a problem a kernel cannot run is refused before the GPU runs") {
 }
 
 TEST_CASE("05: every kernel gives bit-identical results run after run (no race)") {
-  // d = 72: v1's odd layout (v2 ... v7 run v1 there); d = 64 and 128: the tensor-core kernels.
+  // d = 72: v1's odd layout (v2 ... v8 run v1 there); d = 64 and 128: the tensor-core kernels.
   for (const fa::AttnProblem& p : {fa::make_problem(2, 4, 2, 301, 257, 72, true), fa::make_problem(2, 4, 2, 301, 257, 64, true),
                                    fa::make_problem(1, 4, 1, 200, 333, 128, false)}) {
     const fa::Inputs in = fa::random_inputs(p, 11);
@@ -245,9 +278,10 @@ TEST_CASE("05: offsets past 2^31 elements, every kernel (Q, O of 2^31 + 8192 ele
 }
 
 // Every score equal (Q = 0), N_k = 300000 keys: the row sum l = N_k is past fp16's largest finite
-// value (65504) even in a quarter of the keys (the share one lane of v2 ... v7 holds), so a kernel
-// that keeps l (or O) in fp16 overflows; O must be the mean of V and LSE = log(N_k). Added for the
-// bug zoo's FP16_ROWSUM (docs/bug_zoo.md): the battery's sizes never reach it. The materialised
+// value (65504) even in a quarter of the keys (the share one lane of v2 ... v8 holds), so a kernel
+// that keeps l in fp16 cannot hold it: it overflows, or (v2 with the bug zoo's FP16_ROWSUM, adding
+// 16 per block) stops at 32768, where fp16's spacing is 32 and 32768 + 16 rounds back to even.
+// O must be the mean of V and LSE = log(N_k). The battery's sizes never reach this. The materialised
 // baseline (cublas) stores P normalised in the dtype: every P is 1/N_k rounded (in fp16 a
 // subnormal, 56 x 2^-24), so its O is the mean times N_k * round(1/N_k), predicted here exactly.
 TEST_CASE("05: a row sum past 65504 (N_k = 300000, every score equal), every kernel, fp16 and bf16") {

@@ -251,6 +251,60 @@ TEST_CASE("05 plan: v7 takes whole warpgroups and 64-key tiles, swizzled K/V; of
                        doctest::Contains("--block-q/--block-k"), fa05::Unsupported);
 }
 
+TEST_CASE("05 plan: v8 has v7's shapes and a second Q tile, plans tiles, takes a cap on its blocks; d = 64: v7; off sm_90: v5") {
+  fa05::Config hopper;
+  hopper.sm = 90;
+  for (int64_t d : {128}) {
+    const std::vector<fa05::BlockShape> shapes = fa05::block_shapes("v8", d);
+    REQUIRE(shapes.size() == fa05::block_shapes("v7", d).size());
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const fa05::BlockShape sh = shapes[i];
+      INFO("d " << d << " shape " << sh.Br << "x" << sh.Bc);
+      CHECK(sh.Br == fa05::block_shapes("v7", d)[i].Br);
+      CHECK(sh.Bc == fa05::block_shapes("v7", d)[i].Bc);
+      fa05::Config cfg = hopper;
+      cfg.Br = sh.Br, cfg.Bc = sh.Bc, cfg.persistent_blocks = 3;
+      const fa::AttnProblem p = fa::make_problem(2, 4, 2, 1000, 300, d, true);
+      const fa05::Plan pl = fa05::plan("v8", p, fa::DType::bf16, cfg);
+      CHECK(pl.runs == "v8");
+      CHECK(pl.note.empty());
+      CHECK(pl.threads == 32 * sh.Br / 16);
+      CHECK(pl.blocks == 2 * 4 * ((1000 + sh.Br - 1) / sh.Br));  // the tiles; the launch runs fewer blocks
+      CHECK(pl.persistent_blocks == 3);
+      // v7's shared memory and a second Q_i tile; the cap is v8's alone
+      fa05::Config v7cfg = cfg;
+      v7cfg.persistent_blocks = 0;
+      CHECK(pl.smem_bytes == fa05::plan("v7", p, fa::DType::bf16, v7cfg).smem_bytes + sh.Br * (d + 8) * 2);
+      CHECK_THROWS_WITH_AS(fa05::plan("v7", p, fa::DType::bf16, cfg), doctest::Contains("--persistent-blocks"),
+                           fa05::Unsupported);
+      CHECK(pl.smem_bytes <= fa05::kMaxSmemSm90);
+      fa05::Config ampere = cfg;
+      ampere.sm = 80;
+      const fa05::Plan fb = fa05::plan("v8", p, fa::DType::bf16, ampere);
+      CHECK(fb.runs == "v5");
+      CHECK(fb.Br == sh.Br);
+      CHECK(fb.persistent_blocks == 0);
+      CHECK(fb.note.find("v8 runs on sm_90 only") != std::string::npos);
+    }
+    const fa05::Plan def = fa05::plan("v8", fa::make_problem(1, 2, 2, 500, 500, d, false), fa::DType::bf16, hopper);
+    CHECK(def.Br == fa05::default_shape("v7", d).Br);
+    CHECK(def.Bc == fa05::default_shape("v7", d).Bc);
+    CHECK(def.persistent_blocks == 0);
+  }
+  CHECK(fa05::plan("v8", fa::make_problem(1, 1, 1, 64, 64, 64, false), fa::DType::fp32, hopper).runs == "v1");
+  // d = 64: v7, at v7's shapes (v8's are the same list), the cap ignored; off sm_90 v5 as for v7
+  const fa05::Plan d64 = fa05::plan("v8", fa::make_problem(1, 2, 2, 500, 500, 64, false), fa::DType::bf16, hopper);
+  CHECK(d64.runs == "v7");
+  CHECK(d64.note.find("d = 128 only") != std::string::npos);
+  CHECK(d64.Br == fa05::default_shape("v7", 64).Br);
+  CHECK(d64.Bc == fa05::default_shape("v7", 64).Bc);
+  CHECK(d64.persistent_blocks == 0);
+  CHECK(d64.smem_bytes == fa05::plan("v7", fa::make_problem(1, 2, 2, 500, 500, 64, false), fa::DType::bf16, hopper).smem_bytes);
+  fa05::Config ampere = hopper;
+  ampere.sm = 80;
+  CHECK(fa05::plan("v8", fa::make_problem(1, 2, 2, 500, 500, 64, false), fa::DType::bf16, ampere).runs == "v5");
+}
+
 TEST_CASE("05 plan: the cuBLAS baseline's workspace is S (float32) and P (in 16 bits)") {
   const fa::AttnProblem p = fa::make_problem(2, 8, 2, 300, 500, 64, true);
   const int64_t nxn = 2 * 8 * 300 * 500;
