@@ -7,6 +7,9 @@
                                  with SDPA's flash (FlashAttention-2) and cuDNN as lines
   docs/img/gpu_bwd_tflops_vs_N.png  the backward: stage 06's GPU kernels (bench_06_backward_gpu.json)
                                  beside SDPA's backward (compare_torch_bwd.json), bf16, vs N
+  docs/img/gpu_error_vs_N.png    max |O - O64| vs N per dtype (gpu_numerics.json, tools/gpu_numerics.py):
+                                 v2 and v7, the cuBLAS baseline, SDPA's backends, naive16, and the input
+                                 rounding, random inputs, d = 64 and 128
 
 Usage: python3 tools/plot_gpu.py [--results docs/results] [--out docs/img]
 (tools/plots.sh makes the venv with matplotlib and runs every plot script.)
@@ -78,6 +81,7 @@ def main():
                   os.path.join(a.out, "gpu_tflops_vs_N.png"))
     versions(rows, data, a.out)
     backward(a.results, a.out)
+    errors(a.results, a.out)
 
 
 def versions(rows, data, out, n=8192):
@@ -134,6 +138,50 @@ def backward(results, out):
                   f"Stage 06 backward beside PyTorch SDPA's, {sdpa['device']}, {bench['context']['date'][:10]} "
                   "(bench_06_backward_gpu, tools/compare_torch.py --backward)",
                   os.path.join(out, "gpu_bwd_tflops_vs_N.png"))
+
+
+ERR_STYLE = {
+    "fa05 v2": ("tab:blue", "s", "-", "v2 (mma.sync)"),
+    "fa05 v7": ("darkred", "X", "-", "v7 (wgmma)"),
+    "fa05 cublas": ("tab:orange", "^", "-", "cublas (materialised)"),
+    "sdpa flash": ("black", "D", "--", "SDPA flash"),
+    "sdpa cudnn": ("tab:gray", "v", "--", "SDPA cuDNN"),
+    "sdpa math": ("tab:purple", "+", "--", "SDPA math"),
+    "naive16": ("tab:pink", "o", ":", "naive16 (all in the dtype)"),
+}
+
+
+def errors(results, out):
+    """Error against float64 vs N on random inputs, one panel per (dtype, d), with the input rounding."""
+    path = os.path.join(results, "gpu_numerics.json")
+    if not os.path.exists(path):
+        return
+    data = json.load(open(path))
+    rows = [r for r in data["rows"] if r["case"] == "randn" and r["max_err"] is not None]
+    fig, axes = plt.subplots(2, 2, figsize=(11, 8), sharex=True, sharey=True)
+    for ax, (dt, d) in zip(axes.flat, [("fp16", 64), ("fp16", 128), ("bf16", 64), ("bf16", 128)]):
+        sel = [r for r in rows if r["dtype"] == dt and r["d"] == d]
+        for impl, (color, marker, ls, label) in ERR_STYLE.items():
+            xy = sorted((r["N_k"], r["max_err"]) for r in sel if r["impl"] == impl)
+            if xy:
+                ax.plot([x for x, _ in xy], [y for _, y in xy], ls, color=color, marker=marker, label=label)
+        floor = sorted({(r["N_k"], r["input_rounding"]) for r in sel})
+        ax.plot([x for x, _ in floor], [y for _, y in floor], "-", color="tab:green", lw=3, alpha=0.4,
+                label="input rounding")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_title(f"{dt}, d = {d}, random inputs")
+        ax.grid(True, alpha=0.3)
+    for ax in axes[1]:
+        ax.set_xlabel("N (B = 1, H = 4)")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("max |O - O64|")
+    axes[0, 0].legend(fontsize=8)
+    fig.suptitle(f"Error against float64 on the GPU, {data['device']}, {data['date']} (tools/gpu_numerics.py)")
+    fig.tight_layout()
+    out_path = os.path.join(out, "gpu_error_vs_N.png")
+    fig.savefig(out_path, dpi=110)
+    print("wrote", out_path)
 
 
 if __name__ == "__main__":
