@@ -363,6 +363,8 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
       pl.runs = "v7";
       pl.note = "v8 runs d = 128 only (at d = 64 its second Q tile costs v7's third block per SM): ran v7";
     }
+    if (kernel == "v8" && pl.runs != "v8" && cfg.persistent_blocks > 0)
+      pl.note += "; --persistent-blocks does not apply to " + pl.runs;
   }
   // The knobs mean nothing to the other kernels: refuse them rather than ignore them. v1 takes
   // all three; v5, v6 and v7 take a block shape they are compiled for (--block-q, --block-k).

@@ -292,10 +292,13 @@ TEST_CASE("05 plan: v8 has v7's shapes and a second Q tile, plans tiles, takes a
     CHECK(def.persistent_blocks == 0);
   }
   CHECK(fa05::plan("v8", fa::make_problem(1, 1, 1, 64, 64, 64, false), fa::DType::fp32, hopper).runs == "v1");
-  // d = 64: v7, at v7's shapes (v8's are the same list), the cap ignored; off sm_90 v5 as for v7
-  const fa05::Plan d64 = fa05::plan("v8", fa::make_problem(1, 2, 2, 500, 500, 64, false), fa::DType::bf16, hopper);
+  // d = 64: v7, at v7's shapes (v8's are the same list), a cap ignored; off sm_90 v5 as for v7
+  fa05::Config capped = hopper;
+  capped.persistent_blocks = 4;
+  const fa05::Plan d64 = fa05::plan("v8", fa::make_problem(1, 2, 2, 500, 500, 64, false), fa::DType::bf16, capped);
   CHECK(d64.runs == "v7");
   CHECK(d64.note.find("d = 128 only") != std::string::npos);
+  CHECK(d64.note.find("--persistent-blocks does not apply") != std::string::npos);
   CHECK(d64.Br == fa05::default_shape("v7", 64).Br);
   CHECK(d64.Bc == fa05::default_shape("v7", 64).Bc);
   CHECK(d64.persistent_blocks == 0);

@@ -15,7 +15,8 @@
 #             FlashAttention-2 and where it does not, and SDPA's flash at N = 512)
 #     env: BENCH_FILTER, BENCH_BWD_FILTER (--benchmark_filter regexes), COMPARE_ARGS (e.g. --quick
 #          --backward), CTEST_ARGS (e.g. -R 05), SANITIZE_KERNELS (e.g. "v6:bf16:0,1"),
-#          SANITIZE_BWD (tools for stage 06's GPU backwards, "" for none), SANITIZE_BWD_KERNELS
+#          SANITIZE_BWD (tools for stage 06's GPU backwards, "" for none), SANITIZE_V8 (tools for
+#          v8 with a capped grid, "" for none), SANITIZE_BWD_KERNELS
 #          (e.g. "gpu_v2:bf16:0,1")
 #
 # The GPU machine has no internet: what it lacks (CLI11's headers) travels in .gpu_deps/, made
@@ -103,6 +104,17 @@ if has sanitize; then
         NOTE="(ERROR|RACECHECK) SUMMARY" step "san_${tool}_${k}_${dt}_$i" 300 compute-sanitizer --tool $tool --error-exitcode 9 \
           $BIN/05_cuda_tiled --kernel $k --dtype $dt ${shapes[$i]} --no-check
       done
+    done
+  done
+  # v8's persistent walk: the grid capped so that each block walks several tiles; in the first
+  # shape (causal, N_q > N_k, Br = 64) tiles 48 ... 127 see no key, and blocks start on them.
+  for tool in ${SANITIZE_V8-memcheck racecheck synccheck}; do
+    i=0
+    for s in "--batch 2 --heads 4 --kv-heads 2 --seq-q 1000 --seq-k 300 --head-dim 128 --causal --block-q 64 --block-k 64 --persistent-blocks 50" \
+             "--batch 1 --heads 2 --kv-heads 1 --seq-q 300 --seq-k 400 --head-dim 128 --causal --persistent-blocks 2"; do
+      i=$((i + 1))
+      NOTE="(ERROR|RACECHECK) SUMMARY" step "san_${tool}_v8_capped_$i" 300 compute-sanitizer --tool $tool --error-exitcode 9 \
+        $BIN/05_cuda_tiled --kernel v8 --dtype bf16 $s --no-check
     done
   done
   # Stage 06's GPU backwards: the same tools on the ragged causal/GQA shapes (gpu_v1 at d = 40 too;

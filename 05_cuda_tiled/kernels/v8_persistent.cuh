@@ -70,10 +70,12 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
     return x;
   };
   // Starts the copies a tile begins with: Q_i into Q buffer qbuf, the first K/V block into K/V
-  // buffer kvbuf (lines 4 and 7 for j = 0). The caller commits.
+  // buffer kvbuf (lines 4 and 7 for j = 0). The caller commits. A tile with no key to see (causal,
+  // N_q > N_k) copies nothing: it reads neither, and a copy left in flight could land after a later
+  // tile's copy into the same buffer (two cp.async are ordered only by a wait between them).
   const auto start_tile = [&](const Tile& x, int qbuf, int kvbuf) {
-    copy_tile_async<D, Br, kThreads>(Qs + qbuf * Br * P, Q + p.q_offset(x.b, x.h, x.r0), x.br);
     if (x.keys_needed > 0) {
+      copy_tile_async<D, Br, kThreads>(Qs + qbuf * Br * P, Q + p.q_offset(x.b, x.h, x.r0), x.br);
       const int bn = int(min(int64_t(Bc), p.N_k));
       copy_tile_swizzled<D, Bc, kThreads>(Ks + kvbuf * Bc * D, K + p.kv_offset(x.b, x.h, 0), bn);
       copy_tile_swizzled<D, Bc, kThreads>(Vs + kvbuf * Bc * D, V + p.kv_offset(x.b, x.h, 0), bn);
@@ -217,7 +219,7 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
     }
     cur = next;
   }
-  ptx::cp_async_wait<0>();  // no copy still landing when the block exits (a last tile with no key)
+  ptx::cp_async_wait<0>();  // no copy still landing when the block exits
 }
 
 }  // namespace fa05::v8
