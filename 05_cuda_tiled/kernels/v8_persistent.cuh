@@ -1,5 +1,5 @@
-// v8: v7 with persistent thread blocks: one block per SM stays resident and walks over tiles
-// (query blocks) t, t + grid, t + 2 grid, ..., and during the last K/V block of one tile it
+// v8: v7 with persistent thread blocks: as many blocks as stay resident (one per SM at d = 128)
+// walk over tiles (query blocks) t, t + grid, t + 2 grid, ..., and during the last K/V block of one tile it
 // already copies the next tile's Q_i and first K_j, V_j. Read it beside v7_wgmma.cuh: the
 // products, the softmax and the block shapes are v7's; only the loop around them changes.
 //
