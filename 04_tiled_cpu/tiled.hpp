@@ -90,6 +90,10 @@ void forward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, T* O,
   // Padded to whole vectors: Bcp keys, dpad dims ("d padded"; not dP, the gradient of stage 06).
   const int64_t Bcp = round_up(Bc, VW), dpad = round_up(d, VW);
   const int threads = blk.threads > 0 ? blk.threads : omp_get_max_threads();
+  // How many leading keys query row i sees: the bottom-right aligned causal mask of problem.hpp.
+  const auto keys_seen = [&p](int64_t i) {
+    return FA_BUG(CAUSAL_TOP_LEFT, p.keys_seen(i), p.causal ? std::min(p.N_k, i + 1) : p.N_k);
+  };
 
   // The "SRAM": each thread's block buffers, O(Br d + Bc d + Br Bc) floats, whatever N is.
   // Allocated here, before the parallel region, so that running out of memory throws
@@ -127,7 +131,7 @@ void forward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, T* O,
         m[r] = FA_BUG(FINITE_NEG_INF_INIT, neg_inf, -1e4f), l[r] = 0.f;
       }
       // Causal: the block's last row sees the most keys; key blocks past them are skipped whole.
-      const int64_t keys_needed = p.keys_seen(r0 + br - 1);
+      const int64_t keys_needed = keys_seen(r0 + br - 1);
 
       for (int64_t c0 = 0; c0 < keys_needed; c0 += Bc) {  // Alg. 1 line 5 (FA2: the inner loop)
         const int64_t bc = std::min(Bc, p.N_k - c0);
@@ -143,8 +147,10 @@ void forward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, T* O,
         // earlier block, finite or not: harmless, because their scores are overwritten with -inf
         // below before anything reads them, so P is exactly 0 there, and gemm_pv reads only the
         // first bn rows of Vj (and columns of P).
-        const T* Kj = K + p.kv_offset(b, h, c0);
-        const T* Vsrc = V + p.kv_offset(b, h, c0);  // rows c0 .. c0 + bn - 1 are contiguous
+        // GQA: query head h reads kv head h / (H / H_kv) (problem.hpp's kv_offset).
+        const int64_t kv = FA_BUG(KV_HEAD_MOD, p.kv_offset(b, h, c0), ((b * p.H_kv + h % p.H_kv) * p.N_k + c0) * d);
+        const T* Kj = K + kv;
+        const T* Vsrc = V + kv;  // rows c0 .. c0 + bn - 1 are contiguous
         for (int64_t cb = 0; cb < bn; cb += VW)
           for (int64_t x = 0; x < d; ++x)
             for (int64_t c = cb; c < std::min(cb + VW, bn); ++c) Kt[x * Bcp + c] = Kj[c * d + x];
@@ -157,10 +163,10 @@ void forward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, T* O,
 
         // Only a block that crosses the diagonal needs a mask: its last loaded key is past what
         // the block's first row may see.
-        const bool crosses = p.causal && c0 + bn > p.keys_seen(r0);
+        const bool crosses = p.causal && c0 + bn > keys_seen(r0);
         for (int64_t r = 0; r < br; ++r) {
           float* s = S.data() + r * Bcp;
-          const int64_t seen = crosses ? std::clamp<int64_t>(p.keys_seen(r0 + r) - c0, 0, bn) : bn;
+          const int64_t seen = crosses ? std::clamp<int64_t>(keys_seen(r0 + r) - c0, 0, bn) : bn;
           // Masked keys and the padding past bn: whatever gemm_qk computed there (from stale Kt
           // columns, even NaN) is replaced by -inf, which exp_neg() turns into exactly 0.
           std::fill(s + seen, s + bcp, FA_BUG(FINITE_MASK, neg_inf, -1e4f));

@@ -18,6 +18,8 @@ enum Bug {
   HARDCODED_SCALE,      // stage 04: 1/sqrt(d) instead of the problem's scale
   FINITE_NEG_INF_INIT,  // stage 04: the running max starts at -1e4 instead of -inf
   FINITE_MASK,          // stage 04: masked scores set to -1e4 instead of -inf
+  CAUSAL_TOP_LEFT,      // stage 04: causal aligned top-left (j <= i) instead of bottom-right
+  KV_HEAD_MOD,          // stage 04: query head h reads kv head h % H_kv instead of h / (H / H_kv)
   D_FROM_DO_ONLY,       // stage 06: D = rowsum(dO * dO) instead of rowsum(dO * O)
   GQA_FIRST_HEAD_ONLY,  // stage 06: dK, dV from the first query head of a GQA group only
   // The GPU entries (stage 05; built with -DFA_BUG_ZOO_GPU=ON, run by scripts/gpu_check.sh):
