@@ -12,12 +12,14 @@
 //
 // Why: at d = 128 and small N a v7 block spends about 4.7 us of its 18.5 us on this start and
 // end (ncu at N = 512 against N = 8192, README "Small N at d = 128"), and one block fills an SM
-// (207 registers x 256 threads, 167 KB), so nothing hides it. FlashAttention-2 hides it with two
+// (207 registers x 256 threads, 163 KiB), so nothing hides it. FlashAttention-2 hides it with two
 // resident blocks per SM; FlashAttention-3 (Shah et al. 2024, Section 3.1) with persistent blocks
 // whose producer warps load the next tile. This is the second idea without the producer warps.
 //
-// Supports what v7 supports (T = __half or __nv_bfloat16, D = 64 or 128, kWarps a multiple of 4,
-// Bc = 64 or 128); runs only on sm_90a (elsewhere the runner runs v5).
+// Compiles for what v7 does (T = __half or __nv_bfloat16, D = 64 or 128, kWarps a multiple of 4,
+// Bc = 64 or 128), but the runner launches it at D = 128 only: at D = 64 the second Q tile cost
+// v7's third block per SM (measured 17 % slower), so there it runs v7. Only on sm_90a (elsewhere
+// the runner runs v5).
 #pragma once
 #include <cstdint>
 
