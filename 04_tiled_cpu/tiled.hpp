@@ -187,6 +187,9 @@ void forward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, T* O,
         }
         // O_i += P_ij V_j (line 12, without the division: FA2 divides once, at the end).
         gemm_pv(S.data(), Bcp, br, bn, Vj.data(), dpad, dpad, Oi.data(), dpad);
+        if (FA_BUG(DIVIDE_BY_L_IN_LOOP, false, true))  // the zoo: O_i normalised here, l never put back
+          for (int64_t r = 0; r < br; ++r)
+            if (l[r] > 0.f) scale_row(Oi.data() + r * dpad, dpad, 1.f / l[r]);
         // SRAM accesses by the arithmetic (scalar model): two operands per multiply-add in both
         // GEMMs, S written, read twice (max, exp) and P written; O_i rescaled (read + write).
         io.sram += 4 * br * bn * d + 4 * br * bn + 2 * br * d;
@@ -202,7 +205,7 @@ void forward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, T* O,
           LSE[p.lse_offset(b, h, r0 + r)] = neg_inf;
           continue;
         }
-        for (int64_t x = 0; x < d; ++x) o[x] = acc[x] / l[r];
+        for (int64_t x = 0; x < d; ++x) o[x] = acc[x] / FA_BUG(DIVIDE_BY_L_IN_LOOP, l[r], 1.f);
         LSE[p.lse_offset(b, h, r0 + r)] = m[r] + FA_BUG(LSE_LOG2, std::log(l[r]), std::log2(l[r]));
       }
       io.hbm_read += br * d, io.hbm_write += br * d + br;

@@ -91,7 +91,8 @@ void backward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, cons
   // Padded to whole vectors: Brp, Bcp rows, dpad dims ("d padded"; dP is the gradient of P).
   const int64_t Brp = round_up(Br, VW), Bcp = round_up(Bc, VW), dpad = round_up(d, VW);
   const int threads = blk.threads > 0 ? blk.threads : omp_get_max_threads();
-  const int64_t shift = p.N_k - p.N_q;  // bottom-right causal: query i sees key j iff j <= i + shift
+  // Bottom-right causal, as the forward: query i sees key j iff j <= i + shift.
+  const int64_t shift = FA_BUG(BWD_CAUSAL_TOP_LEFT, p.N_k - p.N_q, int64_t(0));
 
   std::vector<float> D(static_cast<size_t>(p.lse_elems()));  // one float per query row
   row_dots(p, O, dO, D.data(), threads);

@@ -20,13 +20,16 @@ enum Bug {
   FINITE_MASK,          // stage 04: masked scores set to -1e4 instead of -inf
   CAUSAL_TOP_LEFT,      // stage 04: causal aligned top-left (j <= i) instead of bottom-right
   KV_HEAD_MOD,          // stage 04: query head h reads kv head h % H_kv instead of h / (H / H_kv)
+  DIVIDE_BY_L_IN_LOOP,  // stage 04: O_i divided by l after every key block, the old l never multiplied back
   D_FROM_DO_ONLY,       // stage 06: D = rowsum(dO * dO) instead of rowsum(dO * O)
   GQA_FIRST_HEAD_ONLY,  // stage 06: dK, dV from the first query head of a GQA group only
+  BWD_CAUSAL_TOP_LEFT,  // stage 06: the backward's dK, dV pass masks top-left while the forward is bottom-right
   // The GPU entries (stage 05; built with -DFA_BUG_ZOO_GPU=ON, run by scripts/gpu_check.sh):
   MISSING_SYNC,         // v1: no barrier before the next K_j, V_j overwrite the tiles others read
   OFFSET_32BIT,         // v1: Q's offset in 32 bits, which wraps past 2^31 elements
   RAGGED_NO_MASK,       // v2: keys past N_k in the last (ragged, zero-filled) block not masked
   FP16_ROWSUM,          // v2: the running row sum l kept in fp16 (rounded; at long N it stops growing)
+  FP16_O_ACCUM,         // v2: the unnormalised O rounded to fp16 after every key block (overflows past 65504)
 };
 
 #ifndef FA_BUG_ID

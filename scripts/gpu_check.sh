@@ -172,7 +172,16 @@ fi
 if has zoo; then
   # The bug zoo's GPU entries (FA_BUG_ZOO_GPU): each passes only if the GPU tests catch its bug;
   # verbose, so the log names the test case that caught each and its first failing check.
-  NOTE="tests passed" step zoo_gpu 480 ctest --test-dir $BUILD -j 4 -V -R '^zoo_(missing_sync|offset_32bit|ragged_no_mask|fp16_rowsum)$'
+  NOTE="tests passed" step zoo_gpu 480 ctest --test-dir $BUILD -j 4 -V -R '^zoo_(missing_sync|offset_32bit|ragged_no_mask|fp16_rowsum|fp16_o_accum)$'
+  # The race itself, which the battery catches only when warps drift apart: racecheck on v1 with
+  # the barrier removed must report hazards (exit code 9) on one small problem, every time: the
+  # step is "ok" only when it does.
+  for i in 1 2; do
+    NOTE="RACECHECK SUMMARY" step zoo_racecheck_missing_sync_$i 300 bash -c '"$@"; test $? -eq 9' racecheck \
+      compute-sanitizer --tool racecheck --error-exitcode 9 \
+      $BUILD/05_cuda_tiled/zoo_05_cuda_tiled_prog_missing_sync --kernel v1 --dtype fp32 --batch 1 --heads 2 \
+      --seq-q 100 --seq-k 300 --head-dim 64 --no-check
+  done
 fi
 
 if has ncu_small; then

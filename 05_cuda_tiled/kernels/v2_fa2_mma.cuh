@@ -157,6 +157,9 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
         ptx::mma_m16n8k16<T>(o[n + 1], a, vf[2], vf[3]);
       }
     }
+    if (FA_BUG(FP16_O_ACCUM, false, true))  // the zoo: the unnormalised O kept in fp16
+      for (int n = 0; n < D / 8; ++n)
+        for (int e = 0; e < 4; ++e) o[n][e] = __half2float(__float2half(o[n][e]));
   }
 
   // Write O_i = O_i / l and LSE = m + log(l) (lines 12-15). The row sum: add the quad's shares.
