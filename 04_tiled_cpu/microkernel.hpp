@@ -153,7 +153,7 @@ inline float row_max(const float* s, int64_t n) {
 // FLT_MIN (x < -87.34) come out as float32 subnormals and results past FLT_MAX as +inf, as std::exp
 // gives them. x < -103.98 (including -inf, a masked score) gives exactly 0, as std::exp does
 // (exp(x) is below half the smallest subnormal there). Against std::exp over every float32 in
-// [-104.5, 100]: within 0.66 ulp, subnormal results within 0.85 of their ulp (2^-149), zeros and
+// [-104.5, 100.5]: within 0.66 ulp, subnormal results within 0.85 of their ulp (2^-149), zeros and
 // infinities where std::exp has them (test_tiled.cpp).
 inline vf exp_neg(vf x) {
   const vf lo = splat(-103.98f), hi = splat(100.f);

@@ -285,3 +285,61 @@ TEST_CASE("docs: every CMake preset can be configured, built and tested by its n
   CHECK(names("buildPresets") == configure);
   CHECK(names("testPresets") == configure);
 }
+
+// docs/interview.md answers with numbers this repository measured. Each numbered answer must
+// link at least one file (the README, doc or source that shows it), and every decimal number in
+// its prose (2.96e-6, 0.90, 1.4 ...) must appear, as written, in one of the files it links, and
+// every function it names as `name()` must appear there as `name(`: an answer cannot quote a number
+// or a function its sources no longer have. (Integers are left out: counts and sizes such as
+// "16 rows" or "d = 128" are read off the problem, not measured.)
+TEST_CASE("docs: every interview answer's numbers and functions are in the files it links") {
+  const fs::path root = FA_SOURCE_DIR;
+  const fs::path md = root / "docs" / "interview.md";
+  const std::vector<std::string> lines = lines_of(md);
+  REQUIRE(!lines.empty());
+  // The answers: a line "N. **question**" starts one; the next such line or a heading ends it.
+  std::vector<std::pair<std::string, std::string>> answers;  // (number, text)
+  const std::regex start(R"(^(\d+)\. \*\*)");
+  for (const std::string& line : lines) {
+    std::smatch m;
+    if (std::regex_search(line, m, start)) answers.push_back({m[1], line + "\n"});
+    else if (!line.empty() && line[0] == '#') answers.push_back({"", ""});  // a heading closes it
+    else if (!answers.empty() && !answers.back().first.empty()) answers.back().second += line + "\n";
+  }
+  const std::regex link(R"(\]\(([^)\s#]+)(#[^)\s]*)?\))");
+  const std::regex decimal(R"((^|[^\w.])(\d+\.\d+(e-?\d+)?))");
+  const std::regex function(R"(`(\w+)\(\)`)");
+  int64_t numbered = 0, numbers = 0;
+  for (const auto& [num, text] : answers) {
+    if (num.empty()) continue;
+    ++numbered;
+    INFO("interview.md, answer " << num);
+    std::string sources;  // the text of every file the answer links
+    for (auto m = std::sregex_iterator(text.begin(), text.end(), link); m != std::sregex_iterator(); ++m) {
+      const std::string target = (*m)[1];
+      if (target.find("://") != std::string::npos) continue;
+      const fs::path file = (md.parent_path() / target).lexically_normal();
+      if (!fs::is_regular_file(file)) continue;  // a folder, or a missing file (the link test says so)
+      std::ifstream f(file);
+      sources += std::string(std::istreambuf_iterator<char>(f), {}) + "\n";
+    }
+    CHECK_MESSAGE(!sources.empty(), "the answer links no file that shows it");
+    // The prose without link targets (a path's digits are not claims).
+    const std::string prose = std::regex_replace(text, std::regex(R"(\]\([^)]*\))"), "]");
+    for (auto m = std::sregex_iterator(prose.begin(), prose.end(), decimal); m != std::sregex_iterator(); ++m) {
+      std::string x = (*m)[2];
+      std::string padded = x;  // 2.42e-6 is printed 2.42e-06 by C's %e
+      const size_t e = x.find("e-");
+      if (e != std::string::npos && x.size() == e + 3) padded = x.substr(0, e + 2) + "0" + x.substr(e + 2);
+      INFO("number " << x);
+      CHECK((sources.find(x) != std::string::npos || sources.find(padded) != std::string::npos));
+      ++numbers;
+    }
+    for (auto m = std::sregex_iterator(prose.begin(), prose.end(), function); m != std::sregex_iterator(); ++m) {
+      INFO("function " << (*m)[1]);
+      CHECK(sources.find(std::string((*m)[1]) + "(") != std::string::npos);
+    }
+  }
+  CHECK(numbered >= 25);  // issue 14: at least 25 questions
+  CHECK(numbers >= 40);
+}
