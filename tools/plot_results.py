@@ -5,6 +5,8 @@ d = 64 and no mask (the one configuration every stage's benchmark covers):
   docs/img/bench_time_vs_N.png     forward time vs N, stages 01-04 and the BLAS baseline
   docs/img/bench_memory_vs_N.png   measured extra bytes vs N, same series
   docs/img/bench_04_pct_peak.png   stage 04 and BLAS as % of the measured fp32 FMA peak, d = 64/128
+and, from docs/results/io_vs_N.json (tools/io_sweep.py: counted, not timed):
+  docs/img/io_vs_N.png             HBM traffic vs N in bytes, stages 01, 03 and 04, causal and not
 
 Where two files hold the same stage (bench_01_naive.json and the in-process copy in
 bench_04_tiled_cpu.json), the stage-04 file wins: its numbers come from one process, one machine
@@ -134,6 +136,34 @@ def plot_pct_peak(rows, out):
     print("wrote", out)
 
 
+def plot_io(path, out):
+    """HBM bytes vs N (float32, 4 bytes per element) from tools/io_sweep.py's counts."""
+    data = json.load(open(path))
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for key, label, color, marker in (("01_naive", "01 naive (S, P in HBM)", "tab:red", "o"),
+                                      ("03_online_softmax", "03 online softmax (K, V per query row)", "tab:olive", "^"),
+                                      ("04_tiled_cpu_counted", "04 tiled (counted)", "tab:blue", "D")):
+        for causal in (False, True):
+            pts = sorted((r["N"], 4 * r["hbm_elements"][key]) for r in data["rows"] if r["causal"] == causal)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, color=color,
+                    linestyle="--" if causal else "-", label=f"{label}{', causal' if causal else ''}")
+    pts = sorted((r["N"], 4 * r["compulsory"]) for r in data["rows"] if not r["causal"])
+    ax.plot([p[0] for p in pts], [p[1] for p in pts], color="black", linestyle=":",
+            label="read Q, K, V and write O, LSE once")
+    rows = data["rows"]
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel(f"N (= N_q = N_k), d = {rows[0]['d']}, B = H = 1; stage 04 blocks Br = {rows[0]['Br']}")
+    ax.set_ylabel("bytes to and from HBM (float32, counted)")
+    ax.set_title("Attention forward: HBM traffic vs N")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    print("wrote", out)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--results", default="docs/results")
@@ -148,6 +178,9 @@ def main():
     plot_vs_n(rows, "bytes", "extra memory (bytes, measured)", "Attention forward: extra memory vs N",
               os.path.join(a.out, "bench_memory_vs_N.png"))
     plot_pct_peak(rows, os.path.join(a.out, "bench_04_pct_peak.png"))
+    io = os.path.join(a.results, "io_vs_N.json")
+    if os.path.exists(io):
+        plot_io(io, os.path.join(a.out, "io_vs_N.png"))
 
 
 if __name__ == "__main__":
