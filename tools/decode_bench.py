@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""Decode-shaped attention on the GPU: one query row per head against a long KV cache.
+
+Why GQA and split-KV exist, measured. For N_q = 1 the forward is a read of K and V: its time
+is bounded below by the KV cache's bytes over the HBM bandwidth. This tool times stage 05's
+kernels and SDPA's backends (same process, same tensors, CUDA-event medians: compare_torch.py's
+timing) on decode shapes, and prints, for each, the bytes of K and V, the bandwidth they imply
+(bytes / time) and how many thread blocks one query tile per (batch, head) gives the GPU.
+
+  python3 tools/decode_bench.py --lib build-gpu/05_cuda_tiled/libfa05.so --json OUT.json
+
+bf16, d = 128, not causal. Shapes: B = 1, H = 32, N_k = 131072 with H_kv = 32, 8, 1 (MHA, GQA,
+MQA: the cache shrinks 4x and 32x); and B = 16, H = 32, H_kv = 8, N_k = 8192 (512 heads to spread).
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from compare_torch import Fa05, sdpa, time_ms  # noqa: E402
+
+SHAPES = [(1, 32, 32, 131072), (1, 32, 8, 131072), (1, 32, 1, 131072), (16, 32, 8, 8192)]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lib", required=True)
+    ap.add_argument("--json", required=True)
+    ap.add_argument("--reps", type=int, default=50)
+    a = ap.parse_args()
+    fa = Fa05(a.lib)
+    dev = torch.device("cuda")
+    sms = torch.cuda.get_device_properties(dev).multi_processor_count
+    rows = []
+    d, scale = 128, 128 ** -0.5
+    for B, H, Hkv, Nk in SHAPES:
+        g = torch.Generator(device=dev).manual_seed(0)
+        q = torch.randn(B, H, 1, d, device=dev, generator=g).to(torch.bfloat16)
+        k = torch.randn(B, Hkv, Nk, d, device=dev, generator=g).to(torch.bfloat16)
+        v = torch.randn(B, Hkv, Nk, d, device=dev, generator=g).to(torch.bfloat16)
+        kv_bytes = 2 * k.numel() * k.element_size()
+        impls = {f"fa05 {kern}": (lambda kern=kern: fa.forward(kern, q, k, v, False, scale))
+                 for kern in ("v5", "v7") if fa.runs(kern, d, torch.bfloat16) == kern}
+        for be in ("flash", "cudnn", "efficient"):
+            impls[f"sdpa {be}"] = lambda be=be: sdpa(be, q, k, v, False, scale)
+        ref = sdpa("math", q.float(), k.float().repeat_interleave(H // Hkv, 1),
+                   v.float().repeat_interleave(H // Hkv, 1), False, scale) if B * Hkv * Nk <= 2**22 else None
+        for name, fn in impls.items():
+            try:
+                out = fn()
+                o = out[0] if isinstance(out, tuple) else out
+                err = float((o.float() - ref).abs().max()) if ref is not None else None
+                ms = time_ms(fn, a.reps)
+            except RuntimeError as e:  # a backend that refuses the shape
+                print(f"{name}: refused ({str(e).splitlines()[0][:80]})")
+                continue
+            row = {"impl": name, "B": B, "H": H, "H_kv": Hkv, "N_q": 1, "N_k": Nk, "d": d, "dtype": "bf16",
+                   "ms": ms, "max_err_vs_fp32_math": err, "kv_bytes": kv_bytes, "GB_per_s": kv_bytes / ms / 1e6, "query_tiles": B * H}
+            rows.append(row)
+            print(f"B={B:2d} H={H} H_kv={Hkv:2d} N_k={Nk:6d} KV {kv_bytes / 2**20:8.1f} MiB  {name:15s} "
+                  f"{ms:8.3f} ms  {row['GB_per_s']:7.0f} GB/s  ({B * H} query tiles on {sms} SMs)"
+                  + (f"  err {err:.1e}" if err is not None else ""))
+    json.dump({"date": time.strftime("%Y-%m-%d"), "device": torch.cuda.get_device_name(),
+               "torch": torch.__version__, "command": "python3 tools/decode_bench.py " + " ".join(sys.argv[1:]),
+               "rows": rows}, open(a.json, "w"), indent=1)
+    print("wrote", a.json)
+
+
+if __name__ == "__main__":
+    main()
