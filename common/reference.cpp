@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <limits>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace fa {
@@ -10,19 +12,23 @@ namespace {
 // One (b, h) pair at a time, with plain index arithmetic written out here on purpose (no helper
 // shared with the stages), so a bug in problem.hpp cannot hide in both.
 // store_P(x) is applied to each normalised weight P_ij before it multiplies V (identity for the
-// reference itself; reference_forward_stored() rounds it to a 16-bit type).
+// reference itself; reference_forward_stored() rounds it to a 16-bit type). With `rows`,
+// only those query rows are computed, and row r of O and LSE holds query row rows[r]
+// (reference_forward_rows()).
 template <class In>
 void forward_impl(const AttnProblem& p, const In* Q, const In* K, const In* V, double* O,
-                  double* LSE, double (*store_P)(double) = nullptr) {
+                  double* LSE, double (*store_P)(double) = nullptr, const std::vector<int64_t>* rows = nullptr) {
   const int64_t B = p.B, H = p.H, Hkv = p.H_kv, Nq = p.N_q, Nk = p.N_k, d = p.d;
   const double scale = p.scale != 0.f ? double(p.scale) : 1.0 / std::sqrt(double(d));
   const int64_t group = H / Hkv;
+  const int64_t Nr = rows ? int64_t(rows->size()) : Nq;  // rows of O and LSE per (b, h)
   std::vector<double> s(static_cast<size_t>(Nk));
   std::vector<char> seen(static_cast<size_t>(Nk));
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h) {
       const int64_t hk = h / group;
-      for (int64_t i = 0; i < Nq; ++i) {
+      for (int64_t r = 0; r < Nr; ++r) {
+        const int64_t i = rows ? (*rows)[size_t(r)] : r;
         const In* q = Q + ((b * H + h) * Nq + i) * d;
         double mx = -std::numeric_limits<double>::infinity();
         for (int64_t j = 0; j < Nk; ++j) {
@@ -34,9 +40,9 @@ void forward_impl(const AttnProblem& p, const In* Q, const In* K, const In* V, d
           s[j] = scale * acc;
           mx = std::max(mx, s[j]);
         }
-        double* o = O + ((b * H + h) * Nq + i) * d;
+        double* o = O + ((b * H + h) * Nr + r) * d;
         for (int64_t c = 0; c < d; ++c) o[c] = 0;
-        double& lse = LSE[(b * H + h) * Nq + i];
+        double& lse = LSE[(b * H + h) * Nr + r];
         if (mx == -std::numeric_limits<double>::infinity()) {  // no visible key
           lse = -std::numeric_limits<double>::infinity();
           continue;
@@ -70,6 +76,18 @@ void reference_forward(const AttnProblem& p, const TensorD& Q, const TensorD& K,
   O = TensorD({p.B, p.H, p.N_q, p.d});
   LSE = TensorD({p.B, p.H, p.N_q});
   forward_impl(p, Q.ptr(), K.ptr(), V.ptr(), O.ptr(), LSE.ptr());
+}
+
+void reference_forward_rows(const AttnProblem& p, const Tensor& Q, const Tensor& K, const Tensor& V,
+                            const std::vector<int64_t>& rows, TensorD& O, TensorD& LSE) {
+  for (int64_t i : rows)
+    if (i < 0 || i >= p.N_q)
+      throw std::invalid_argument("reference_forward_rows: row " + std::to_string(i) + " is not in 0 .. " +
+                                  std::to_string(p.N_q - 1));
+  const int64_t n = int64_t(rows.size());
+  O = TensorD({p.B, p.H, n, p.d});
+  LSE = TensorD({p.B, p.H, n});
+  forward_impl(p, Q.ptr(), K.ptr(), V.ptr(), O.ptr(), LSE.ptr(), nullptr, &rows);
 }
 
 void reference_forward_stored(const AttnProblem& p, const Tensor& Q, const Tensor& K,

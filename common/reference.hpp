@@ -3,6 +3,9 @@
 // builds the causal mask from the documented rule itself (query i sees key j iff
 // j <= i + N_k - N_q) and maps query head h to kv head h / (H / H_kv) itself.
 #pragma once
+#include <cstdint>
+#include <vector>
+
 #include "dtype.hpp"
 #include "problem.hpp"
 #include "tensor.hpp"
@@ -18,6 +21,13 @@ void reference_forward(const AttnProblem& p, const Tensor& Q, const Tensor& K, c
 // The same in double inputs (used by finite-difference checks).
 void reference_forward(const AttnProblem& p, const TensorD& Q, const TensorD& K, const TensorD& V,
                        TensorD& O, TensorD& LSE);
+// The same for the query rows `rows` of every (b, h) only, indexed in the whole problem (its
+// causal mask, its offsets), for problems too large for the whole N_q x N_k reference: the tests
+// of lengths past 2^15 and offsets past 2^31 check sampled rows. O [B,H,R,d] and LSE [B,H,R],
+// R = rows.size(): index r holds query row rows[r]. Throws std::invalid_argument for a row outside
+// 0 .. N_q - 1.
+void reference_forward_rows(const AttnProblem& p, const Tensor& Q, const Tensor& K, const Tensor& V,
+                            const std::vector<int64_t>& rows, TensorD& O, TensorD& LSE);
 
 // Standard attention computed exactly (float64) but with values STORED in a 16-bit type where a
 // GPU kernel stores them: each normalised weight P_ij rounded to P_dtype before it multiplies V

@@ -3,7 +3,9 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
+#include <stdexcept>
 #include <limits>
 #include <vector>
 
@@ -32,6 +34,29 @@ TEST_CASE("npy: write then read gives the same shape and bits; rank 1 and 4") {
   }
   CHECK_THROWS_AS(fa::read_npy((dir / "none.npy").string(), "--q"), fa::InputError);
   fs::remove_all(dir);
+}
+
+TEST_CASE("reference: reference_forward_rows gives those rows of reference_forward, bit for bit") {
+  // B = 2, H = 4 on 2 kv heads, causal with N_q > N_k (rows 0 .. 2 see no key), a scale set.
+  fa::AttnProblem p = fa::make_problem(2, 4, 2, 9, 6, 5, true);
+  p.scale = 0.7f;
+  fa::Tensor Q({2, 4, 9, 5}), K({2, 2, 6, 5}), V({2, 2, 6, 5});
+  fa::Rng rng(3);
+  rng.fill_normal(Q), rng.fill_normal(K), rng.fill_normal(V);
+  fa::TensorD O, LSE, Or, Lr;
+  fa::reference_forward(p, Q, K, V, O, LSE);
+  const std::vector<int64_t> rows = {8, 0, 3, 3, 5};
+  fa::reference_forward_rows(p, Q, K, V, rows, Or, Lr);
+  REQUIRE(Or.numel() == 2 * 4 * 5 * 5);
+  for (int64_t bh = 0; bh < 8; ++bh)
+    for (int64_t x = 0; x < 5; ++x) {
+      INFO("(b, h) " << bh << ", row " << rows[size_t(x)]);
+      const int64_t full = bh * 9 + rows[size_t(x)], part = bh * 5 + x;
+      CHECK(std::memcmp(&Lr[part], &LSE[full], sizeof(double)) == 0);
+      for (int64_t c = 0; c < 5; ++c) CHECK(std::memcmp(&Or[part * 5 + c], &O[full * 5 + c], sizeof(double)) == 0);
+    }
+  CHECK_THROWS_AS(fa::reference_forward_rows(p, Q, K, V, {9}, Or, Lr), std::invalid_argument);
+  CHECK_THROWS_AS(fa::reference_forward_rows(p, Q, K, V, {-1}, Or, Lr), std::invalid_argument);
 }
 
 TEST_CASE("reference: inputs with known exact answers") {

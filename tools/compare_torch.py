@@ -86,6 +86,17 @@ class Fa05:
         return out, lse
 
 
+def open_gpu(tool, lib):
+    """(Fa05, device) for one of the tools that drive libfa05.so beside SDPA (this one,
+    gpu_numerics.py, decode_bench.py), or None after one line on stderr when there is no GPU.
+    SDPA's notes on backends it does not use for a shape are silenced: a refusal still raises."""
+    if not torch.cuda.is_available():
+        print(f"{tool}: expected a CUDA GPU, found none", file=sys.stderr)
+        return None
+    warnings.filterwarnings("ignore", message=".*(kernel not used|runtime disabled|does not support|same num_heads).*")
+    return Fa05(lib), torch.device("cuda")
+
+
 def bottom_right_mask(nq, nk, device):
     """True where query i sees key j: j <= i + N_k - N_q (FlashAttention >= 2.1)."""
     i = torch.arange(nq, device=device)[:, None]
@@ -307,12 +318,10 @@ def main():
     ap.add_argument("--backward", action="store_true", help="also time SDPA's backward (bf16)")
     ap.add_argument("--dtypes", default="bf16,fp32", help="the forward timing's dtypes (default bf16,fp32)")
     args = ap.parse_args()
-    if not torch.cuda.is_available():
-        print("compare_torch: expected a CUDA GPU, found none", file=sys.stderr)
+    gpu = open_gpu("compare_torch", args.lib)
+    if gpu is None:
         return 2
-    fa = Fa05(args.lib)
-    device = torch.device("cuda")
-    warnings.filterwarnings("ignore", message=".*(kernel not used|runtime disabled|does not support).*")
+    fa, device = gpu
 
     def log(s):
         print(s, flush=True)

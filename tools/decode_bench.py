@@ -21,7 +21,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compare_torch import Fa05, sdpa, time_ms  # noqa: E402
+from compare_torch import open_gpu, sdpa, time_ms  # noqa: E402
 
 SHAPES = [(1, 32, 32, 131072), (1, 32, 8, 131072), (1, 32, 1, 131072), (16, 32, 8, 8192)]
 
@@ -32,8 +32,10 @@ def main():
     ap.add_argument("--json", required=True)
     ap.add_argument("--reps", type=int, default=50)
     a = ap.parse_args()
-    fa = Fa05(a.lib)
-    dev = torch.device("cuda")
+    gpu = open_gpu("decode_bench", a.lib)
+    if gpu is None:
+        return 2
+    fa, dev = gpu
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
     rows = []
     d, scale = 128, 128 ** -0.5
@@ -71,4 +73,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

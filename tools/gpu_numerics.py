@@ -38,13 +38,12 @@ import pathlib
 import platform
 import sys
 import time
-import warnings
 
 import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from compare_torch import BACKENDS, DTYPES, Fa05, max_err, reference, sdpa  # noqa: E402
+from compare_torch import BACKENDS, DTYPES, max_err, open_gpu, reference, sdpa  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -100,12 +99,10 @@ def main():
     ap.add_argument("--lib", required=True, help="path to libfa05.so")
     ap.add_argument("--json", help="write the rows here")
     args = ap.parse_args()
-    if not torch.cuda.is_available():
-        print("gpu_numerics: expected a CUDA GPU, found none", file=sys.stderr)
+    gpu = open_gpu("gpu_numerics", args.lib)
+    if gpu is None:
         return 2
-    fa = Fa05(args.lib)
-    device = torch.device("cuda")
-    warnings.filterwarnings("ignore", message=".*(kernel not used|runtime disabled|does not support).*")
+    fa, device = gpu
     torch.backends.cuda.matmul.allow_tf32 = False  # the float64 reference is float64 anyway
     props = torch.cuda.get_device_properties(device)
     print(f"gpu_numerics: {props.name}, torch {torch.__version__}, kernels {fa.kernels}, {time.strftime('%Y-%m-%d')}",

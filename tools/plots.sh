@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Regenerate every plot in docs/img/ from the committed JSON in docs/results/ (nothing is rerun):
-#   tools/plot_results.py   stage benchmarks: time and extra memory vs N, stage 04's % of FMA peak
+#   tools/plot_results.py   stage benchmarks: time and extra memory vs N, stage 04's % of FMA peak;
+#                           HBM traffic vs N, counted (docs/results/io_vs_N.json, tools/io_sweep.py)
 #   tools/plot_numerics.py  the numerics chapter: error vs N, error vs block size, the ablation
 #   tools/plot_gpu.py       stages 05 and 06 beside PyTorch SDPA on the GPU: TFLOP/s vs N, and the
 #                           GPU's error against float64 vs N (docs/results/gpu_numerics.json)
