@@ -1,0 +1,85 @@
+// libfa04.so: the C ABI of fa04.h over stage 04's forward (tiled.hpp). Exceptions stop here:
+// every failure becomes a status code and a message for fa04_last_error().
+#include <cmath>
+#include <new>
+#include <string>
+
+#include "errors.hpp"
+#include "fa04.h"
+#include "fma_peak.hpp"
+#include "problem.hpp"
+#include "tiled.hpp"
+
+namespace {
+
+thread_local std::string g_error;
+volatile double g_sink;
+
+// The message, as one line of at most 300 characters.
+int fail(int status, const std::string& msg) {
+  g_error = fa::one_line(msg, 300);
+  return status;
+}
+
+}  // namespace
+
+extern "C" {
+
+int fa04_forward(const float* Q, const float* K, const float* V, float* O, float* LSE, int64_t B,
+                 int64_t H, int64_t H_kv, int64_t N_q, int64_t N_k, int64_t d, int causal,
+                 float scale, int64_t Br, int64_t Bc, int threads) {
+  g_error.clear();
+  if (!Q || !K || !V || !O || !LSE)
+    return fail(FA04_INVALID_ARGUMENT, "Q, K, V, O, LSE: expected pointers, found NULL");
+  if (!(std::isfinite(scale) && scale >= 0.f) || std::signbit(scale))
+    return fail(FA04_INVALID_ARGUMENT,
+                "--scale: expected a finite number > 0 (or 0 for 1/sqrt(d)), found " + std::to_string(scale));
+  if (Br < 0 || Bc < 0)
+    return fail(FA04_INVALID_ARGUMENT, "--block-q/--block-k: expected block sizes >= 0 (0: the default), found Br=" +
+                                           std::to_string(Br) + " Bc=" + std::to_string(Bc));
+  if (threads < 0 || threads > 4096)
+    return fail(FA04_INVALID_ARGUMENT, "--threads: expected 0 (all) to 4096, found " + std::to_string(threads));
+  fa::AttnProblem p;
+  p.B = B, p.H = H, p.H_kv = H_kv, p.N_q = N_q, p.N_k = N_k, p.d = d;
+  p.causal = causal != 0;
+  p.scale = scale;
+  try {
+    fa::validate(p);
+    tiled::Blocks blk;
+    blk.Br = Br, blk.Bc = Bc, blk.threads = threads;
+    tiled::forward<float>(p, Q, K, V, O, LSE, blk);
+    return FA04_OK;
+  } catch (const fa::InputError& e) {
+    return fail(FA04_INVALID_ARGUMENT, e.what());
+  } catch (const std::bad_alloc&) {
+    return fail(FA04_OUT_OF_MEMORY, "host memory exhausted (the block buffers, O(threads * (Br + Bc) * d))");
+  }
+}
+
+int fa04_default_blocks(int64_t d, int64_t* Br, int64_t* Bc) {
+  g_error.clear();
+  if (!Br || !Bc) return fail(FA04_INVALID_ARGUMENT, "Br, Bc: expected pointers, found NULL");
+  if (d < 1) return fail(FA04_INVALID_ARGUMENT, "--head-dim: expected an integer >= 1, found " + std::to_string(d));
+  const tiled::Blocks b = tiled::default_blocks(d);
+  *Br = b.Br, *Bc = b.Bc;
+  return FA04_OK;
+}
+
+double fa04_fma_peak_gflops(int threads, int repeats) {
+  g_error.clear();
+  if (threads < 1 || threads > 4096 || repeats < 1) {
+    fail(FA04_INVALID_ARGUMENT, "threads, repeats: expected 1 to 4096 and >= 1, found " +
+                                    std::to_string(threads) + ", " + std::to_string(repeats));
+    return -1;
+  }
+  double best = 0, sink = 0;
+  for (int r = 0; r < repeats; ++r) best = std::max(best, tiled::measure_fma_peak(threads, 20'000'000, &sink));
+  g_sink = sink;  // the loops' results are kept, so they cannot be optimised away
+  return best;
+}
+
+const char* fa04_isa(void) { return tiled::mk::kIsa; }
+int fa04_vector_floats(void) { return tiled::mk::VW; }
+const char* fa04_last_error(void) { return g_error.c_str(); }
+
+}  // extern "C"

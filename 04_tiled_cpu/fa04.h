@@ -1,0 +1,59 @@
+/* Stage 04 as a C library (libfa04.so), for callers outside C++: tools/compare_torch_cpu.py loads
+ * it with ctypes and passes PyTorch CPU tensors' data pointers, so stage 04 and PyTorch's
+ * scaled_dot_product_attention run in one process, on the same data, timed alternately.
+ *
+ * Every function returns a status and never exits, aborts or prints; after a non-zero status
+ * fa04_last_error() says what went wrong, in one line (it names the stage program's flag for a
+ * value, e.g. "--head-dim" for d).
+ */
+#ifndef FA04_H
+#define FA04_H
+#include <stdint.h>
+
+#ifndef FA04_API
+#define FA04_API /* the library's build marks these as its only exported symbols */
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum fa04_status {
+  FA04_OK = 0,
+  FA04_INVALID_ARGUMENT = 1, /* a null pointer, a size < 1, H % H_kv != 0, a bad scale or block */
+  FA04_OUT_OF_MEMORY = 2     /* the per-thread block buffers did not fit in host memory */
+};
+
+/* Forward attention with stage 04 (tiled.hpp), float32, on `threads` OpenMP threads (0: all).
+ *   Q, O : [B, H, N_q, d], row-major, contiguous, float32
+ *   K, V : [B, H_kv, N_k, d]; query head h reads kv head h / (H / H_kv)
+ *   LSE  : [B, H, N_q], natural log (-inf for a row that sees no key)
+ *   causal: non-zero for the bottom-right aligned mask (query i sees key j iff j <= i + N_k - N_q;
+ *           the same as PyTorch's is_causal when N_q == N_k)
+ *   scale : softmax scale > 0, or 0 for 1/sqrt(d)
+ *   Br, Bc: block sizes (rows), or 0 for the stage's default (from M = the L2 size of one core)
+ * Returns when O and LSE are written. Returns an fa04_status. */
+FA04_API int fa04_forward(const float* Q, const float* K, const float* V, float* O, float* LSE,
+                          int64_t B, int64_t H, int64_t H_kv, int64_t N_q, int64_t N_k, int64_t d,
+                          int causal, float scale, int64_t Br, int64_t Bc, int threads);
+
+/* The block sizes (rows) fa04_forward uses for head dim d when given Br = Bc = 0, written to *Br
+ * and *Bc (before the clamp to N_q, N_k). Returns an fa04_status. */
+FA04_API int fa04_default_blocks(int64_t d, int64_t* Br, int64_t* Bc);
+
+/* The machine's fp32 fused multiply-add peak in GFLOP/s on `threads` threads, measured (best of
+ * `repeats` runs of a register-only FMA loop of about 60 ms each: fma_peak.hpp); < 0 on a bad
+ * argument. */
+FA04_API double fa04_fma_peak_gflops(int threads, int repeats);
+
+/* What this build targets: "AVX-512", "AVX2" or "SSE2", and floats per vector register. */
+FA04_API const char* fa04_isa(void);
+FA04_API int fa04_vector_floats(void);
+
+/* The message of this thread's last non-OK status ("" if none). Valid until the next call. */
+FA04_API const char* fa04_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,110 @@
+// libfa04.so's C ABI (fa04.h), the door tools/compare_torch_cpu.py uses: the battery run through
+// it, the same bits as calling tiled::forward directly, and every refusal (a status, one line
+// naming the argument, outputs left untouched) instead of a crash.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "conformance.hpp"
+#include "fa04.h"
+#include "harness.hpp"
+#include "tiled.hpp"
+
+namespace {
+
+// Stage 04 through the C ABI, as the tool calls it (blocks and threads: the defaults).
+void forward_via_capi(const fa::AttnProblem& p, const float* Q, const float* K, const float* V,
+                      float* O, float* LSE) {
+  const int s = fa04_forward(Q, K, V, O, LSE, p.B, p.H, p.H_kv, p.N_q, p.N_k, p.d, p.causal, p.scale, 0, 0, 0);
+  REQUIRE_MESSAGE(s == FA04_OK, fa04_last_error());
+}
+
+}  // namespace
+
+TEST_CASE("04 C ABI: the conformance battery through fa04_forward") {
+  fa::check_forward_battery(forward_via_capi);
+}
+
+TEST_CASE("04 C ABI: the same bits as tiled::forward, for default and explicit blocks") {
+  fa::AttnProblem p = fa::make_problem(2, 4, 2, 301, 257, 40, true);
+  p.scale = 0.3f;
+  const fa::Inputs in = fa::random_inputs(p, 11);
+  for (auto [Br, Bc] : {std::pair<int64_t, int64_t>{0, 0}, {7, 13}}) {
+    INFO("Br=" << Br << " Bc=" << Bc);
+    const fa::ForwardRun direct = fa::run_forward(
+        [&](const fa::AttnProblem& q, const float* Q, const float* K, const float* V, float* O, float* L) {
+          tiled::Blocks b;
+          b.Br = Br, b.Bc = Bc, b.threads = 2;
+          tiled::forward<float>(q, Q, K, V, O, L, b);
+        }, in);
+    const fa::ForwardRun via = fa::run_forward(
+        [&](const fa::AttnProblem& q, const float* Q, const float* K, const float* V, float* O, float* L) {
+          REQUIRE(fa04_forward(Q, K, V, O, L, q.B, q.H, q.H_kv, q.N_q, q.N_k, q.d, q.causal, q.scale, Br, Bc, 2) ==
+                  FA04_OK);
+        }, in);
+    CHECK(fa::same_bits(direct.O, via.O));
+    CHECK(fa::same_bits(direct.LSE, via.LSE));
+  }
+}
+
+TEST_CASE("04 C ABI: bad arguments get a status and one line naming them; outputs untouched") {
+  std::vector<float> Q(64, 1.f), K(64, 1.f), V(64, 1.f);
+  const float poison = std::numeric_limits<float>::quiet_NaN();
+  struct Bad {
+    const char* what;  // a word the message must contain
+    int64_t B, H, H_kv, N, d;
+    float scale;
+    int64_t Br, Bc;
+    int threads;
+    bool null_q;
+  };
+  const Bad bad[] = {
+      {"NULL", 1, 1, 1, 4, 16, 0.f, 0, 0, 0, true},
+      {"--heads", 1, 0, 1, 4, 16, 0.f, 0, 0, 0, false},
+      {"--kv-heads", 1, 3, 2, 1, 16, 0.f, 0, 0, 0, false},
+      {"--seq-q", 1, 1, 1, 0, 16, 0.f, 0, 0, 0, false},
+      {"--head-dim", 1, 1, 1, 4, -1, 0.f, 0, 0, 0, false},
+      {"--scale", 1, 1, 1, 4, 16, -1.f, 0, 0, 0, false},
+      {"--scale", 1, 1, 1, 4, 16, std::numeric_limits<float>::infinity(), 0, 0, 0, false},
+      {"--block-q", 1, 1, 1, 4, 16, 0.f, -1, 0, 0, false},
+      {"--threads", 1, 1, 1, 4, 16, 0.f, 0, 0, -2, false},
+      {"2^40", 1 << 20, 1 << 20, 1, 1 << 20, 16, 0.f, 0, 0, 0, false},
+  };
+  for (const Bad& b : bad) {
+    INFO(b.what);
+    std::vector<float> O(64, poison), L(4, poison);
+    const int s = fa04_forward(b.null_q ? nullptr : Q.data(), K.data(), V.data(), O.data(), L.data(), b.B, b.H,
+                               b.H_kv, b.N, b.N, b.d, 0, b.scale, b.Br, b.Bc, b.threads);
+    CHECK(s == FA04_INVALID_ARGUMENT);
+    const std::string msg = fa04_last_error();
+    CHECK(msg.find(b.what) != std::string::npos);
+    CHECK(msg.find('\n') == std::string::npos);
+    for (float x : O) CHECK(std::isnan(x));
+    for (float x : L) CHECK(std::isnan(x));
+  }
+  // A good call clears the message.
+  std::vector<float> O(64), L(4);
+  CHECK(fa04_forward(Q.data(), K.data(), V.data(), O.data(), L.data(), 1, 1, 1, 4, 4, 16, 0, 0.f, 0, 0, 1) == FA04_OK);
+  CHECK(std::string(fa04_last_error()).empty());
+}
+
+TEST_CASE("04 C ABI: blocks, ISA and the FMA peak report what the build uses") {
+  int64_t Br = 0, Bc = 0;
+  REQUIRE(fa04_default_blocks(128, &Br, &Bc) == FA04_OK);
+  const tiled::Blocks b = tiled::default_blocks(128);
+  CHECK(Br == b.Br);
+  CHECK(Bc == b.Bc);
+  CHECK(fa04_default_blocks(0, &Br, &Bc) == FA04_INVALID_ARGUMENT);
+  CHECK(fa04_default_blocks(64, nullptr, &Bc) == FA04_INVALID_ARGUMENT);
+  CHECK(std::string(fa04_isa()) == tiled::mk::kIsa);
+  CHECK(fa04_vector_floats() == tiled::mk::VW);
+  const double peak = fa04_fma_peak_gflops(1, 1);
+  CHECK(peak > 0.1);  // any machine does more than 0.1 GFLOP/s; a broken loop or timer gives 0 or inf
+  CHECK(std::isfinite(peak));
+  CHECK(fa04_fma_peak_gflops(0, 1) < 0);
+  CHECK(fa04_fma_peak_gflops(1, 0) < 0);
+}
