@@ -2,7 +2,7 @@
 // a C++ engineer would write with BLAS (cblas_sgemm for S and for P V, OpenBLAS).
 //
 //   BM_fma_peak/threads      a loop of independent fused multiply-adds in registers: the fp32 peak
-//   BM_tiled/N/d/causal/thr  stage 04, default blocks (from M = L2), 1 or 2 OpenMP threads
+//   BM_tiled/N/d/causal/thr  stage 04, default blocks (tiled::blocks_for), 1 or 2 OpenMP threads
 //   BM_blas/N/d/causal/thr   S = Q K^T (sgemm), masked safe softmax, O = P V (sgemm)
 //   BM_stage0{1,2,3}/N       stages 01-03 (single-threaded by design), d = 64, N <= 4096
 // Counters: GFLOP/s (FlashAttention convention: 4 N_q N_k d, halved for causal; every timed
@@ -16,12 +16,12 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "bench_util.hpp"
+#include "fma_peak.hpp"
 #include "microkernel.hpp"
 #include "bench_baselines.hpp"
 #include "tiled.hpp"
@@ -31,33 +31,12 @@
 
 namespace {
 
-// ---- the fp32 FMA peak, measured -------------------------------------------------------------
-// Each thread runs 12 independent chains acc = acc * a + b (one FMA each) on full vectors: enough
-// chains to cover the FMA latency, so the loop is bound by FMA throughput alone.
-double fma_loop(int64_t iters) {
-  using tiled::mk::vf;
-  vf acc[12];
-  for (int i = 0; i < 12; ++i) acc[i] = tiled::mk::splat(1.f + 1e-3f * i);
-  const vf a = tiled::mk::splat(0.999999f), b = tiled::mk::splat(1e-6f);
-  for (int64_t it = 0; it < iters; ++it) {
-#pragma GCC unroll 12
-    for (int i = 0; i < 12; ++i) acc[i] = acc[i] * a + b;
-  }
-  float s = 0;
-  for (int i = 0; i < 12; ++i) s += acc[i][0];
-  return s;
-}
-
-// GFLOP/s of fma_loop on `threads` threads (2 flops per FMA lane).
+// ---- the fp32 FMA peak, measured (fma_peak.hpp) ---------------------------------------------
 double measure_peak(int threads) {
-  const int64_t iters = 20'000'000;
-  const auto t0 = std::chrono::steady_clock::now();
   double sink = 0;
-#pragma omp parallel num_threads(threads) reduction(+ : sink)
-  sink += fma_loop(iters);
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double g = tiled::measure_fma_peak(threads, 20'000'000, &sink);
   benchmark::DoNotOptimize(sink);
-  return double(threads) * double(iters) * 12 * tiled::mk::VW * 2 / s * 1e-9;
+  return g;
 }
 
 // The peak that pct_peak divides by, per thread count. BM_fma_peak (registered first, so it runs
@@ -97,8 +76,9 @@ void BM_fma_peak(benchmark::State& state) {
 void BM_tiled(benchmark::State& state) {
   const fa::AttnProblem p = fa::bench_problem(state.range(0), state.range(1), state.range(2) != 0);
   const int threads = int(state.range(3));
-  tiled::Blocks blk = tiled::default_blocks(p.d);
+  tiled::Blocks blk;  // the stage's default blocks, as forward() resolves them for this problem
   blk.threads = threads;
+  blk = tiled::blocks_for(p, blk);
   fa::bench_forward(state, [&](const fa::AttnProblem& q, const float* Q, const float* K,
                                const float* V, float* O, float* L) {
     tiled::forward<float>(q, Q, K, V, O, L, blk);

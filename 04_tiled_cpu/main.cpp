@@ -1,7 +1,8 @@
 // The 04_tiled_cpu program: the CLI contract of common/cli.hpp around tiled::forward, plus
-//   --sram-bytes M   the on-chip budget the blocks are sized from (default: the L2 of one core)
-//   --block-q Br     query rows per block   (default: min(Bc, d), Alg. 1 line 1)
-//   --block-k Bc     key rows per block     (default: ceil(M / 4d))
+//   --sram-bytes M   size the blocks from an on-chip budget of M bytes by the paper's rule
+//                    (Alg. 1 line 1: Bc = ceil(M / 4d), Br = min(Bc, d))
+//   --block-q Br     query rows per block   (default: tiled::default_blocks, 256 on a CPU)
+//   --block-k Bc     key rows per block     (default: up to 512, within half the L2)
 //   --threads T      OpenMP threads         (default: all)
 //   --io-report      after the run, a table of elements moved to and from main memory ("HBM") by
 //                    stages 01-04 on this problem, stage 04 counted during the run, and stage 04
@@ -24,12 +25,15 @@ struct Config {
   bool io_report = false;
 };
 
-tiled::Blocks resolve(const Config& c, int64_t d) {
-  tiled::Blocks b = tiled::blocks_from_sram(c.sram_bytes > 0 ? c.sram_bytes : tiled::default_sram_bytes(), d);
+// The blocks the run uses: --sram-bytes M gives the paper's rule from M, --block-q/--block-k
+// override either size; what is left at 0 is the stage's default (tiled::blocks_for).
+tiled::Blocks resolve(const Config& c, const fa::AttnProblem& p) {
+  tiled::Blocks b;
+  if (c.sram_bytes > 0) b = tiled::blocks_from_sram(c.sram_bytes, p.d);
   if (c.Br > 0) b.Br = c.Br;
   if (c.Bc > 0) b.Bc = c.Bc;
   b.threads = c.threads;
-  return b;
+  return tiled::blocks_for(p, b);
 }
 
 std::string fmt(double x) {
@@ -102,10 +106,9 @@ int main(int argc, char** argv) {
   fa::Stage stage = stage_04();
   stage.forward = [&](const fa::AttnProblem& p, const float* Q, const float* K, const float* V,
                       float* O, float* LSE) {
-    tiled::Blocks b = resolve(cfg, p.d);
+    const tiled::Blocks b = resolve(cfg, p);
     // The block buffers of every thread (tiled.hpp's Sram): ~ Br Bc + Br d + 2 Bc d floats each.
-    const int64_t Br = std::min(b.Br, p.N_q), Bc = std::min(b.Bc, p.N_k);
-    const int64_t threads = b.threads > 0 ? b.threads : omp_get_max_threads();
+    const int64_t Br = b.Br, Bc = b.Bc, threads = b.threads;
     fa::check_memory(threads * int64_t(sizeof(float)) * (Br * (Bc + 16) + 2 * Br * (p.d + 16) + Bc * (2 * p.d + 32)),
                      "--block-q/--block-k", "the block buffers of " + std::to_string(threads) + " threads");
     used = b;
@@ -120,11 +123,11 @@ int main(int argc, char** argv) {
   return fa::stage_main(
       argc, argv, stage,
       [&](CLI::App& app) {
-        app.add_option("--sram-bytes", cfg.sram_bytes, "on-chip budget M in bytes (default: L2 size)")
+        app.add_option("--sram-bytes", cfg.sram_bytes, "size the blocks from an on-chip budget of M bytes, the paper's rule: Bc = ceil(M/4d), Br = min(Bc, d) (default: the stage's CPU blocks)")
             ->check(CLI::Range(int64_t(16), int64_t(1) << 34));
-        app.add_option("--block-q", cfg.Br, "Br, query rows per block (default: min(Bc, d))")
+        app.add_option("--block-q", cfg.Br, "Br, query rows per block (default: 256, fewer when the threads would idle)")
             ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
-        app.add_option("--block-k", cfg.Bc, "Bc, key rows per block (default: ceil(M / 4d))")
+        app.add_option("--block-k", cfg.Bc, "Bc, key rows per block (default: up to 512, within half the L2)")
             ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
         app.add_option("--threads", cfg.threads, "OpenMP threads (default: all)")
             ->check(CLI::Range(1, 256));

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 namespace tiled::mk {
 
@@ -40,9 +41,61 @@ typedef float vf __attribute__((vector_size(VW * sizeof(float))));
 typedef int32_t vi __attribute__((vector_size(VW * sizeof(int32_t))));
 
 inline int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+// The row stride (floats) of a block buffer whose rows hold n floats: n rounded up to whole
+// vectors, plus 16 floats (64 bytes, one cache line) when that is a multiple of 32 floats. A
+// micro-kernel walks down a column panel of such a buffer, one row per step; with a stride of
+// 1 KiB (256 keys) the rows would map to a quarter of the 64 L1 sets and evict each other (a
+// 4-KiB stride: one set). An odd number of 64-byte lines per row spreads them over all sets.
+inline int64_t row_stride(int64_t n) {
+  const int64_t w = round_up(n, VW);
+  return w % 32 == 0 ? w + 16 : w;
+}
 inline vf load(const float* p) { vf v; std::memcpy(&v, p, sizeof v); return v; }
 inline void store(float* p, vf v) { std::memcpy(p, &v, sizeof v); }
 inline vf splat(float x) { return vf{} + x; }
+
+// ---- K_j^T: the transposed copy that gemm_qk reads ---------------------------------------------
+// One round of the in-register transpose of a VW x VW square held in v[0..VW-1] (row i in v[i]):
+// it swaps bit H of the row index with bit H of the column index. For each row pair (i, i + H),
+// element j of the new row i is old row i's element j where bit H of j is 0, and old row i + H's
+// element j - H where it is 1; the new row i + H likewise. Each new row is one two-vector shuffle
+// (__builtin_shufflevector with constant indices: one vpermt2ps with AVX-512).
+template <int H, int... J>
+inline void transpose_round(vf* v, std::integer_sequence<int, J...>) {
+#pragma GCC unroll 16
+  for (int i = 0; i < VW; ++i) {
+    if (i & H) continue;
+    const vf a = v[i], b = v[i + H];
+    v[i] = __builtin_shufflevector(a, b, ((J & H) ? VW + J - H : J)...);
+    v[i + H] = __builtin_shufflevector(a, b, ((J & H) ? VW + J : J + H)...);
+  }
+}
+
+// Kt[x][c] = K[c][x] for keys c < n and dims x < d (K rows ldk apart, Kt rows ldkt apart). Whole
+// VW x VW squares go through registers: VW vector loads, log2(VW) rounds of shuffles, VW vector
+// stores, instead of VW * VW scalar loads and stores; the ragged edges (n or d not a multiple of
+// VW) are copied element by element.
+inline void transpose_k(const float* K, int64_t ldk, int64_t n, int64_t d, float* Kt, int64_t ldkt) {
+  const int64_t nfull = n / VW * VW, dfull = d / VW * VW;
+  for (int64_t c0 = 0; c0 < nfull; c0 += VW) {
+    for (int64_t x0 = 0; x0 < dfull; x0 += VW) {
+      vf v[VW];
+#pragma GCC unroll 16
+      for (int i = 0; i < VW; ++i) v[i] = load(K + (c0 + i) * ldk + x0);
+      const auto lanes = std::make_integer_sequence<int, VW>{};
+      if constexpr (VW >= 16) transpose_round<8>(v, lanes);
+      if constexpr (VW >= 8) transpose_round<4>(v, lanes);
+      transpose_round<2>(v, lanes);
+      transpose_round<1>(v, lanes);
+#pragma GCC unroll 16
+      for (int i = 0; i < VW; ++i) store(Kt + (x0 + i) * ldkt + c0, v[i]);
+    }
+    for (int64_t x = dfull; x < d; ++x)
+      for (int64_t c = c0; c < c0 + VW; ++c) Kt[x * ldkt + c] = K[c * ldk + x];
+  }
+  for (int64_t x = 0; x < d; ++x)
+    for (int64_t c = nfull; c < n; ++c) Kt[x * ldkt + c] = K[c * ldk + x];
+}
 
 // ---- S = scale * Q_i K_j^T --------------------------------------------------------------------
 // One R x (NVEC*VW) tile of S: S[r][c] = scale * sum_k Q[r][k] * Kt[k][c].
@@ -155,14 +208,13 @@ inline float row_max(const float* s, int64_t n) {
 // (exp(x) is below half the smallest subnormal there). Against std::exp over every float32 in
 // [-104.5, 100.5]: within 0.66 ulp, subnormal results within 0.85 of their ulp (2^-149), zeros and
 // infinities where std::exp has them (test_tiled.cpp).
-inline vf exp_neg(vf x) {
-  const vf lo = splat(-103.98f), hi = splat(100.f);
-  const vf xc = x < lo ? lo : x > hi ? hi : x;
+// The shared core: exp(r) for |r| <= ln2 / 2 and the integer n, for x = n ln2 + r (|x| <= 104).
+inline vf exp_reduced(vf x, vi& ni) {
   const vf shifter = splat(12582912.f);  // 1.5 * 2^23: adding it rounds to an integer
-  const vf t = xc * 1.44269504f + shifter;
+  const vf t = x * 1.44269504f + shifter;
   const vf n = t - shifter;
-  const vi ni = (vi)t - (vi)shifter;     // the same integer, as bits
-  const vf r = (xc - n * 0.693145752f) - n * 1.42860677e-6f;  // ln 2 split hi + lo
+  ni = (vi)t - (vi)shifter;              // the same integer, as bits
+  const vf r = (x - n * 0.693145752f) - n * 1.42860677e-6f;  // ln 2 split hi + lo
   vf e = splat(1.f / 5040.f);
   e = e * r + 1.f / 720.f;
   e = e * r + 1.f / 120.f;
@@ -170,21 +222,55 @@ inline vf exp_neg(vf x) {
   e = e * r + 1.f / 6.f;
   e = e * r + 0.5f;
   e = e * r + 1.f;
-  e = e * r + 1.f;
+  return e * r + 1.f;
+}
+
+inline vf exp_neg(vf x) {
+  const vf lo = splat(-103.98f), hi = splat(100.f);
+  const vf xc = x < lo ? lo : x > hi ? hi : x;
+  vi ni;
+  const vf e = exp_reduced(xc, ni);
   const vi small = ni < -100, big = ni > 100;                   // all ones where true
   const vf two_n = (vf)(((ni + (small & 64) - (big & 64)) + 127) << 23);
   const vf rescale = small ? splat(5.42101086e-20f) : big ? splat(1.84467441e19f) : splat(1.f);  // 2^-64, 2^64
   return x < lo ? splat(0.f) : e * two_n * rescale;
 }
 
+// exp(x) for -87 <= x <= 0 only: exp_neg without its edge handling (no clamp, no 2^+-64 steps),
+// so about 40% fewer instructions. For such x, n >= -126 and 2^n is a normal float, so exp_neg's
+// rescale is 1 and both give the same bits (test_tiled.cpp checks it over the whole interval).
+inline vf exp_neg_normal(vf x) {
+  vi ni;
+  const vf e = exp_reduced(x, ni);
+  return e * (vf)((ni + 127) << 23);
+}
+
 // s[c] = exp(s[c] - m) in place; returns the sum of the new values (a fixed order: the result
-// does not depend on the thread count).
+// does not depend on the thread count). A first pass finds the row's smallest s[c] (one load and
+// one min per vector, against ~35 instructions per vector of exp_neg): when every s[c] - m is
+// >= -87, as in any row without masked (-inf) scores whose scores span less than 87, the cheaper
+// exp_neg_normal gives the same bits.
 inline float exp_sub_sum(float* s, int64_t n, float m) {
-  vf sum = {};
+  vf mn = splat(std::numeric_limits<float>::infinity());
   for (int64_t c = 0; c < n; c += VW) {
-    const vf e = exp_neg(load(s + c) - m);
-    store(s + c, e);
-    sum += e;
+    const vf x = load(s + c);
+    mn = x < mn ? x : mn;
+  }
+  float lowest = mn[0];
+  for (int i = 1; i < VW; ++i) lowest = mn[i] < lowest ? mn[i] : lowest;
+  vf sum = {};
+  if (lowest - m >= -87.f && m <= std::numeric_limits<float>::max()) {
+    for (int64_t c = 0; c < n; c += VW) {
+      const vf e = exp_neg_normal(load(s + c) - m);
+      store(s + c, e);
+      sum += e;
+    }
+  } else {
+    for (int64_t c = 0; c < n; c += VW) {
+      const vf e = exp_neg(load(s + c) - m);
+      store(s + c, e);
+      sum += e;
+    }
   }
   float l = 0;
   for (int i = 0; i < VW; ++i) l += sum[i];

@@ -36,7 +36,7 @@ fa::ForwardFn with_blocks(int64_t Br, int64_t Bc, int threads = 0) {
 
 }  // namespace
 
-TEST_CASE("04_tiled_cpu: conformance battery, default blocks (from M = L2)") {
+TEST_CASE("04_tiled_cpu: conformance battery, default blocks (tiled::default_blocks)") {
   fa::check_forward_battery(stage_04().forward);
 }
 
@@ -202,6 +202,41 @@ TEST_CASE("04_tiled_cpu: block sizes from M follow Alg. 1 line 1 (Bc = ceil(M/4d
   CHECK(b.Br == 1);
 }
 
+TEST_CASE("04_tiled_cpu: the CPU's default blocks: Br = 256, Bc <= 512 within half of M; Br shrinks for the threads") {
+  const int64_t M = tiled::default_sram_bytes() / 4;  // floats
+  for (int64_t d : {16, 64, 128, 256, 1000}) {
+    INFO("d = " << d << ", M = " << M << " floats");
+    const tiled::Blocks b = tiled::default_blocks(d);
+    CHECK(b.Br == 256);
+    CHECK(b.Bc % 64 == 0);
+    CHECK(b.Bc >= 64);
+    CHECK(b.Bc <= 512);
+    // The largest such multiple of 64: S, Kt, Vj fit in M / 2, and 64 more keys would not.
+    if (b.Bc > 64) CHECK((b.Br + 2 * d) * b.Bc <= M / 2);
+    if (b.Bc < 512) CHECK((b.Br + 2 * d) * (b.Bc + 64) > M / 2);
+  }
+  // blocks_for: given sizes kept (clamped to N), zeros from the default, threads resolved.
+  fa::AttnProblem p = fa::make_problem(1, 8, 8, 4096, 300, 64, false);
+  tiled::Blocks given;
+  given.Br = 7, given.Bc = 1000, given.threads = 3;
+  tiled::Blocks b = tiled::blocks_for(p, given);
+  CHECK(b.Br == 7);
+  CHECK(b.Bc == 300);
+  CHECK(b.threads == 3);
+  b = tiled::blocks_for(p, tiled::Blocks{0, 0, 2});  // 8 heads x 16 blocks of 256: plenty of tasks
+  CHECK(b.Br == 256);
+  CHECK(b.Bc == std::min<int64_t>(tiled::default_blocks(64).Bc, 300));
+  // One head of 1024 rows on 2 threads: 4 tasks wanted, so 4 blocks of 256 (unchanged); on 4
+  // threads 8 blocks of 128; one head of 100 rows on 2 threads: 4 blocks of 25.
+  p = fa::make_problem(1, 1, 1, 1024, 1024, 64, false);
+  CHECK(tiled::blocks_for(p, tiled::Blocks{0, 0, 2}).Br == 256);
+  CHECK(tiled::blocks_for(p, tiled::Blocks{0, 0, 4}).Br == 128);
+  p.N_q = 100;
+  CHECK(tiled::blocks_for(p, tiled::Blocks{0, 0, 2}).Br == 25);
+  p.N_q = 1;
+  CHECK(tiled::blocks_for(p, tiled::Blocks{0, 0, 2}).Br == 1);
+}
+
 TEST_CASE("04_tiled_cpu: extra memory is O(N d): the block buffers, independent of N") {
   // Measured (common/memtrack.hpp), single thread so one set of buffers: Br = Bc = 64 blocks.
   int64_t bytes[2];
@@ -216,8 +251,10 @@ TEST_CASE("04_tiled_cpu: extra memory is O(N d): the block buffers, independent 
   // depends on the heap's history (seen: 82656 vs 82672 bytes). Anything that grew with N (one
   // float per key: 6 KiB more at N = 2048) would still fail.
   CHECK(std::abs(bytes[0] - bytes[1]) <= 7 * 16);
-  // Qi, Kt, Vj, S, Oi: 5 blocks of 64 x 64 floats, m and l: 2 x 64, plus allocator slack.
-  const int64_t buffers = (5 * 64 * 64 + 2 * 64) * 4;
+  // Qi (64 x 64 floats), Kt, Vj, S, Oi (64 rows of row_stride(64) = 80 floats: 64 padded off a
+  // multiple of 128 bytes), m and l (2 x 64), plus allocator slack.
+  const int64_t ld = tiled::mk::row_stride(64);
+  const int64_t buffers = (64 * 64 + 4 * 64 * ld + 2 * 64) * 4;
   CHECK(bytes[1] >= buffers);
   CHECK(bytes[1] < buffers + 4096);
 }
@@ -309,6 +346,44 @@ TEST_CASE("04 exp_neg: agrees with std::exp on float32, subnormal results and ov
   check(std::numeric_limits<float>::infinity());
   CHECK(bad == 0);
   CHECK(checked > 10'000'000);
+}
+
+// exp_sub_sum takes exp_neg_normal (no edge handling) for rows whose every s - m is >= -87. That
+// is only an optimisation if both give the same bits there: checked for every float32 in
+// [-87, 0], VW at a time; then exp_sub_sum itself on rows that straddle the boundary.
+TEST_CASE("04 exp_neg_normal: the same bits as exp_neg on every float32 in [-87, 0]") {
+  using namespace tiled::mk;
+  auto bits = [](float x) { uint32_t u; std::memcpy(&u, &x, 4); return u; };
+  const uint32_t hi = bits(-87.f);  // bit patterns of negative floats grow with |x|: -0 .. -87
+  int64_t differ = 0, checked = 0;
+  for (uint32_t u0 = bits(-0.f); u0 <= hi; u0 += VW) {
+    uint32_t us[VW];
+    for (int i = 0; i < VW; ++i) us[i] = std::min(u0 + uint32_t(i), hi);
+    vf x;
+    std::memcpy(&x, us, sizeof x);
+    const vf a = exp_neg(x), b = exp_neg_normal(x);
+    differ += std::memcmp(&a, &b, sizeof a) != 0;
+    ++checked;
+  }
+  CHECK(differ == 0);
+  CHECK(checked * VW > 1'000'000'000);  // every float of the interval: about 2^30
+  // Rows straddling -87: whichever path exp_sub_sum takes, each element is exp_neg's.
+  for (float lowest : {-86.99f, -87.f, -87.01f, -87.9f, -100.f, -std::numeric_limits<float>::infinity()}) {
+    INFO("lowest " << lowest);
+    std::vector<float> row(4 * VW);
+    for (size_t i = 0; i < row.size(); ++i) row[i] = 3.f - 0.01f * float(i);
+    row[5] = 3.f + lowest;
+    std::vector<float> got = row;
+    const float sum = exp_sub_sum(got.data(), int64_t(got.size()), 3.f);
+    float want_sum = 0;
+    for (size_t c = 0; c < row.size(); c += VW) {
+      vf w = exp_neg(load(row.data() + c) - 3.f);
+      for (int i = 0; i < VW; ++i) CHECK(bits(got[c + size_t(i)]) == bits(w[i]));
+      (void)w;
+    }
+    for (float g : got) want_sum += g;
+    CHECK(std::fabs(sum - want_sum) <= 1e-5f * want_sum);
+  }
 }
 
 // A tiny weight times a huge value (issue 11's report): exp(-88) = 6.05e-39 is a float32

@@ -18,7 +18,10 @@
 //
 // Block sizes: the 2022 paper sizes blocks from the SRAM size M (in elements):
 //   Bc = ceil(M / 4d)  (Q_i, K_j, V_j, O_i of ~Bc x d each fit in M),  Br = min(Bc, d)   (line 1)
-// default_blocks() uses M = the L2 cache of one core (`--sram-bytes` overrides it).
+// blocks_from_sram() is that rule (the program's `--sram-bytes M` uses it). The default on a CPU,
+// default_blocks(), is measured instead (README, "Speed"): Br = 256 rows, because K and V are
+// read from main memory N_q / Br times, and a GPU's reason to keep Br <= d (the S block and the
+// output rows live in registers) does not hold here; Bc up to 512, within M = the L2 of one core.
 //
 // Shapes and layout (common/problem.hpp): Q, O [B,H,N_q,d]; K, V [B,H_kv,N_k,d]; LSE [B,H,N_q].
 // The micro-kernels (microkernel.hpp) are float32 only; T is kept for the common signature.
@@ -73,23 +76,53 @@ inline int64_t default_sram_bytes() {
   return l2 > 0 ? l2 : 1 << 20;
 }
 
-inline Blocks default_blocks(int64_t d) { return blocks_from_sram(default_sram_bytes(), d); }
+// The CPU default: Br = 256; Bc the largest multiple of 64 up to 512 whose S, K_j^T and V_j
+// buffers ((Br + 2d) Bc floats) fill at most half of M = the L2 of one core (64 at least).
+inline Blocks default_blocks(int64_t d) {
+  const int64_t M = default_sram_bytes() / int64_t(sizeof(float));
+  Blocks b;
+  b.Br = 256;
+  b.Bc = std::clamp<int64_t>(M / 2 / (b.Br + 2 * d) / 64 * 64, 64, 512);
+  return b;
+}
+
+// The default Br shrinks when a problem has too few query rows to give every thread two blocks
+// (B H ceil(N_q / Br) tasks): the tour's N = 128 or a batch of one short sequence would otherwise
+// run on one thread. Explicit block sizes are used as given.
+inline int64_t rows_for_threads(int64_t Br, const fa::AttnProblem& p, int threads) {
+  const int64_t heads = p.B * p.H, want = 2 * int64_t(threads);
+  if (heads * ((p.N_q + Br - 1) / Br) >= want) return Br;
+  const int64_t per_head = (want + heads - 1) / heads;  // query blocks each (b, h) needs
+  return std::max<int64_t>(1, std::min(Br, (p.N_q + per_head - 1) / per_head));
+}
+
+// The blocks forward() runs p with: sizes given (> 0) as they are, zeros replaced by the default
+// (default_blocks, Br shrunk by rows_for_threads), both at most the problem's N_q, N_k; threads
+// 0 replaced by omp_get_max_threads().
+inline Blocks blocks_for(const fa::AttnProblem& p, const Blocks& blk) {
+  const Blocks def = default_blocks(p.d);
+  Blocks b;
+  b.threads = blk.threads > 0 ? blk.threads : omp_get_max_threads();
+  b.Br = std::min(blk.Br > 0 ? blk.Br : rows_for_threads(def.Br, p, b.threads), p.N_q);
+  b.Bc = std::min(blk.Bc > 0 ? blk.Bc : def.Bc, p.N_k);
+  return b;
+}
 
 template <class T, class Io = NoIo>
 void forward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, T* O, T* LSE,
              const Blocks& blk, Io* io_total = nullptr) {
   static_assert(std::is_same_v<T, float>, "stage 04's micro-kernels are float32");
   using namespace mk;
-  const Blocks def = default_blocks(p.d);
-  const int64_t d = p.d;
-  const int64_t Br = std::min(blk.Br > 0 ? blk.Br : def.Br, p.N_q);
-  const int64_t Bc = std::min(blk.Bc > 0 ? blk.Bc : def.Bc, p.N_k);
+  const Blocks use = blocks_for(p, blk);
+  const int64_t d = p.d, Br = use.Br, Bc = use.Bc;
+  const int threads = use.threads;
   const int64_t Tr = (p.N_q + Br - 1) / Br;           // number of query blocks
   const float scale = FA_BUG(HARDCODED_SCALE, p.resolved_scale(), 1.f / std::sqrt(float(d)));
   const float neg_inf = -std::numeric_limits<float>::infinity();
-  // Padded to whole vectors: Bcp keys, dpad dims ("d padded"; not dP, the gradient of stage 06).
-  const int64_t Bcp = round_up(Bc, VW), dpad = round_up(d, VW);
-  const int threads = blk.threads > 0 ? blk.threads : omp_get_max_threads();
+  // dpad: d padded to whole vectors ("d padded"; not dP, the gradient of stage 06). ldk, ldo: the
+  // row strides of the buffers with Bc and d columns (mk::row_stride: whole vectors, and never a
+  // multiple of 128 bytes, so the rows a micro-kernel walks down do not crowd into a few L1 sets).
+  const int64_t dpad = round_up(d, VW), ldk = row_stride(Bc), ldo = row_stride(d);
   // How many leading keys query row i sees: the bottom-right aligned causal mask of problem.hpp.
   const auto keys_seen = [&p](int64_t i) {
     return FA_BUG(CAUSAL_TOP_LEFT, p.keys_seen(i), p.causal ? std::min(p.N_k, i + 1) : p.N_k);
@@ -100,17 +133,17 @@ void forward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, T* O,
   // std::bad_alloc to the caller (an exception cannot leave an OpenMP region).
   struct Sram {
     std::vector<float> Qi;  // (Br, d)      this query block
-    std::vector<float> Kt;  // (d, Bcp)     K_j transposed: keys along the vectors
-    std::vector<float> Vj;  // (Bc, dpad)
-    std::vector<float> S;   // (Br, Bcp)    S, then P in place
-    std::vector<float> Oi;  // (Br, dpad)   the unnormalised output
+    std::vector<float> Kt;  // (d, ldk)     K_j transposed: keys along the vectors
+    std::vector<float> Vj;  // (Bc, ldo)
+    std::vector<float> S;   // (Br, ldk)    S, then P in place
+    std::vector<float> Oi;  // (Br, ldo)    the unnormalised output
     std::vector<float> m;   // (Br)         running row max
     std::vector<float> l;   // (Br)         running row sum
   };
   std::vector<Sram> sram(static_cast<size_t>(threads));
   for (Sram& t : sram)
-    t = {std::vector<float>(Br * d), std::vector<float>(d * Bcp), std::vector<float>(Bc * dpad, 0.f),
-         std::vector<float>(Br * Bcp), std::vector<float>(Br * dpad), std::vector<float>(Br),
+    t = {std::vector<float>(Br * d), std::vector<float>(d * ldk), std::vector<float>(Bc * ldo, 0.f),
+         std::vector<float>(Br * ldk), std::vector<float>(Br * ldo), std::vector<float>(Br),
          std::vector<float>(Br)};
 
 #pragma omp parallel num_threads(threads)
@@ -127,7 +160,7 @@ void forward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, T* O,
       for (int64_t r = 0; r < br; ++r) {
         const T* q = Q + p.q_offset(b, h, r0 + r);
         std::copy(q, q + d, Qi.data() + r * d);
-        std::fill(Oi.data() + r * dpad, Oi.data() + (r + 1) * dpad, 0.f);
+        std::fill(Oi.data() + r * ldo, Oi.data() + r * ldo + dpad, 0.f);
         m[r] = FA_BUG(FINITE_NEG_INF_INIT, neg_inf, -1e4f), l[r] = 0.f;
       }
       // Causal: the block's last row sees the most keys; key blocks past them are skipped whole.
@@ -142,8 +175,7 @@ void forward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, T* O,
         // Load K_j and V_j into SRAM (line 6): only the bn keys some row of this block sees (a
         // block crossing the diagonal stops at keys_needed; the rest of it is never read). K_j goes
         // in transposed, Kt[x][c] = K_j[c][x], so that the micro-kernel reads keys as contiguous
-        // vectors; VW keys at a time, so the reads (VW rows) and the writes (runs of VW) both stay
-        // in L1. Columns bn .. bcp-1 of Kt (the padding to a whole vector) keep stale keys of an
+        // vectors (transpose_k: VW x VW squares at a time, through registers). Columns bn .. bcp-1 of Kt (the padding to a whole vector) keep stale keys of an
         // earlier block, finite or not: harmless, because their scores are overwritten with -inf
         // below before anything reads them, so P is exactly 0 there, and gemm_pv reads only the
         // first bn rows of Vj (and columns of P).
@@ -151,21 +183,19 @@ void forward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, T* O,
         const int64_t kv = FA_BUG(KV_HEAD_MOD, p.kv_offset(b, h, c0), ((b * p.H_kv + h % p.H_kv) * p.N_k + c0) * d);
         const T* Kj = K + kv;
         const T* Vsrc = V + kv;  // rows c0 .. c0 + bn - 1 are contiguous
-        for (int64_t cb = 0; cb < bn; cb += VW)
-          for (int64_t x = 0; x < d; ++x)
-            for (int64_t c = cb; c < std::min(cb + VW, bn); ++c) Kt[x * Bcp + c] = Kj[c * d + x];
+        transpose_k(Kj, d, bn, d, Kt.data(), ldk);
         for (int64_t c = 0; c < bn; ++c)
-          std::copy(Vsrc + c * d, Vsrc + (c + 1) * d, Vj.data() + c * dpad);
+          std::copy(Vsrc + c * d, Vsrc + (c + 1) * d, Vj.data() + c * ldo);
         io.hbm_read += 2 * bn * d;
 
         // S_ij = scale * Q_i K_j^T, a br x bn block (bcp columns computed), on chip (line 9).
-        gemm_qk(Qi.data(), br, d, Kt.data(), Bcp, bcp, scale, S.data(), Bcp);
+        gemm_qk(Qi.data(), br, d, Kt.data(), ldk, bcp, scale, S.data(), ldk);
 
         // Only a block that crosses the diagonal needs a mask: its last loaded key is past what
         // the block's first row may see.
         const bool crosses = p.causal && c0 + bn > keys_seen(r0);
         for (int64_t r = 0; r < br; ++r) {
-          float* s = S.data() + r * Bcp;
+          float* s = S.data() + r * ldk;
           const int64_t seen = crosses ? std::clamp<int64_t>(keys_seen(r0 + r) - c0, 0, bn) : bn;
           // Masked keys and the padding past bn: whatever gemm_qk computed there (from stale Kt
           // columns, even NaN) is replaced by -inf, which exp_neg() turns into exactly 0.
@@ -181,15 +211,15 @@ void forward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, T* O,
           const float m_use = m_new == neg_inf ? 0.f : m_new;
           const float alpha = std::exp(m[r] - m_use);  // rescales what was summed so far
           l[r] = alpha * l[r] + exp_sub_sum(s, bcp, m_use);  // s now holds P (unnormalised)
-          if (alpha != 1.f) scale_row(Oi.data() + r * dpad, dpad, alpha);
+          if (alpha != 1.f) scale_row(Oi.data() + r * ldo, dpad, alpha);
           m[r] = m_new;
           // exercise end
         }
         // O_i += P_ij V_j (line 12, without the division: FA2 divides once, at the end).
-        gemm_pv(S.data(), Bcp, br, bn, Vj.data(), dpad, dpad, Oi.data(), dpad);
+        gemm_pv(S.data(), ldk, br, bn, Vj.data(), ldo, dpad, Oi.data(), ldo);
         if (FA_BUG(DIVIDE_BY_L_IN_LOOP, false, true))  // the zoo: O_i normalised here, l never put back
           for (int64_t r = 0; r < br; ++r)
-            if (l[r] > 0.f) scale_row(Oi.data() + r * dpad, dpad, 1.f / l[r]);
+            if (l[r] > 0.f) scale_row(Oi.data() + r * ldo, dpad, 1.f / l[r]);
         // SRAM accesses by the arithmetic (scalar model): two operands per multiply-add in both
         // GEMMs, S written, read twice (max, exp) and P written; O_i rescaled (read + write).
         io.sram += 4 * br * bn * d + 4 * br * bn + 2 * br * d;
@@ -199,7 +229,7 @@ void forward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, T* O,
       // A row that saw no key (causal, N_q > N_k) has l = 0: O = 0 and LSE = -inf, never NaN.
       for (int64_t r = 0; r < br; ++r) {
         T* o = O + p.q_offset(b, h, r0 + r);
-        const float* acc = Oi.data() + r * dpad;
+        const float* acc = Oi.data() + r * ldo;
         if (l[r] == 0.f) {
           std::fill(o, o + d, 0.f);
           LSE[p.lse_offset(b, h, r0 + r)] = neg_inf;
