@@ -5,7 +5,7 @@
 
 inline fa::Stage stage_04() {
   return {"04_tiled_cpu",
-          "Q/K/V blocks sized from an SRAM budget M (Dao et al. Alg. 1, FA2 loop order), OpenMP",
+          "Q/K/V in blocks that fit in cache (Dao et al. Alg. 1, FA2 loop order), OpenMP",
           [](const fa::AttnProblem& p, const float* Q, const float* K, const float* V, float* O,
              float* LSE) { tiled::forward<float>(p, Q, K, V, O, LSE); },
           {}};

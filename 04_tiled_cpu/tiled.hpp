@@ -87,7 +87,7 @@ inline Blocks default_blocks(int64_t d) {
 }
 
 // The default Br shrinks when a problem has too few query rows to give every thread two blocks
-// (B H ceil(N_q / Br) tasks): the tour's N = 128 or a batch of one short sequence would otherwise
+// (B H ceil(N_q / Br) tasks): one head of a few hundred rows, or a batch of one short sequence, would otherwise
 // run on one thread. Explicit block sizes are used as given.
 inline int64_t rows_for_threads(int64_t Br, const fa::AttnProblem& p, int threads) {
   const int64_t heads = p.B * p.H, want = 2 * int64_t(threads);
