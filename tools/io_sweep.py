@@ -7,9 +7,12 @@ formulas (common/io_count.hpp), stage 04 counted by its block copies (and the fo
 its test checks equal). tools/plot_results.py draws docs/img/io_vs_N.png from the JSON.
 
   tools/io_sweep.py [--bin build/04_tiled_cpu/04_tiled_cpu] [--json docs/results/io_vs_N.json]
+                    [--sram-bytes 2097152]
 
-Counts are elements (float32: 4 bytes each); they do not depend on the machine, except for stage
-04's default block sizes (from the L2 cache of one core), which the JSON records.
+Counts are elements (float32: 4 bytes each). Stage 04's blocks come from the paper's rule
+(Bc = ceil(M/4d), Br = min(Bc, d)) with M = --sram-bytes (default 2 MiB: Br = 64, Bc = 2048 at
+d = 64), not from the machine, so the counts are the same on every machine; the JSON records the
+blocks. (The program's own default blocks, tiled::default_blocks, are a measured speed choice.)
 """
 import argparse
 import json
@@ -26,12 +29,13 @@ def main():
     ap.add_argument("--bin", default="build/04_tiled_cpu/04_tiled_cpu")
     ap.add_argument("--json", default="docs/results/io_vs_N.json")
     ap.add_argument("--head-dim", type=int, default=64)
+    ap.add_argument("--sram-bytes", type=int, default=2 << 20)
     a = ap.parse_args()
     rows = []
     for causal in (False, True):
         for n in NS:
             cmd = [a.bin, "--batch", "1", "--heads", "1", "--seq-q", str(n), "--head-dim", str(a.head_dim),
-                   "--io-report", "--json", "--no-check"] + (["--causal"] if causal else [])
+                   "--io-report", "--json", "--no-check", "--sram-bytes", str(a.sram_bytes)] + (["--causal"] if causal else [])
             out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
             rep = json.loads(out)["io_report"]
             st = rep["stages"]

@@ -54,6 +54,26 @@ def arg(name, key, default=None):
     return default
 
 
+MACHINES = {}  # file name -> "date, ISA, L2, CPUs" from its Google Benchmark context
+
+
+def machine(context):
+    """The machine a JSON was measured on, in a few words, from Google Benchmark's context."""
+    l2 = [c["size"] for c in context.get("caches", []) if c.get("level") == 2]
+    parts = [context.get("date", "?")[:10], context.get("isa", "ISA not recorded").split(",")[0]]
+    if l2:
+        parts.append(f"L2 {l2[0] >> 10} KiB")
+    parts.append(f"{context.get('num_cpus', '?')} CPUs")
+    return ", ".join(parts)
+
+
+def footnote(fig, rows_used):
+    """Which file (so which machine and date) each plotted point comes from, under the plot."""
+    sources = sorted({v["source"] for v in rows_used})
+    fig.text(0.01, 0.005, "\n".join(f"{s}: {MACHINES[s]}" for s in sources), fontsize=6, color="0.35")
+    fig.tight_layout(rect=(0, 0.025 * len(sources), 1, 1))
+
+
 def load(results_dir):
     rows = {}  # (label, threads, N, d, causal) -> row; the stage-04 file is read last and wins
     files = sorted(glob.glob(os.path.join(results_dir, "bench_*.json")),
@@ -61,6 +81,7 @@ def load(results_dir):
     for path in files:
         with open(path) as f:
             data = json.load(f)
+        MACHINES[os.path.basename(path)] = machine(data.get("context", {}))
         for b in data.get("benchmarks", []):
             if b.get("run_type", "iteration") != "iteration":
                 continue
@@ -88,13 +109,15 @@ def series(rows, label, threads, d=64, causal=0):
 
 
 def plot_vs_n(rows, field, ylabel, title, out):
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = plt.subplots(figsize=(7, 5))
+    used = []
     for label, (color, marker) in STYLE.items():
         for threads in (1, 2):
             xs, vs = series(rows, label, threads)
             ys = [v[field] for v in vs]
             if not xs or any(y is None for y in ys):
                 continue
+            used += vs
             ax.plot(xs, ys, marker=marker, color=color, linestyle="-" if threads == 1 else "--",
                     label=f"{label} ({threads} thread{'s' if threads > 1 else ''})")
     ax.set_xscale("log", base=2)
@@ -104,14 +127,15 @@ def plot_vs_n(rows, field, ylabel, title, out):
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
+    footnote(fig, used)
     fig.savefig(out, dpi=110)
     plt.close(fig)
     print("wrote", out)
 
 
 def plot_pct_peak(rows, out):
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = plt.subplots(figsize=(7, 5))
+    used = []
     for label in ("04 tiled", "BLAS materialised"):
         color, marker = STYLE[label]
         for d, ls in ((64, "-"), (128, ":")):
@@ -119,6 +143,7 @@ def plot_pct_peak(rows, out):
                 xs, vs = series(rows, label, threads, d=d)
                 if not xs:
                     continue
+                used += vs
                 ax.plot(xs, [v["pct"] for v in vs], marker=marker, color=color, linestyle=ls,
                         alpha=1.0 if threads == 1 else 0.55,
                         label=f"{label}, d={d}, {threads} thr")
@@ -130,7 +155,7 @@ def plot_pct_peak(rows, out):
     ax.set_title("Stage 04 vs BLAS: share of the FMA peak")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
+    footnote(fig, used)
     fig.savefig(out, dpi=110)
     plt.close(fig)
     print("wrote", out)
