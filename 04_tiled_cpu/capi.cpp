@@ -56,11 +56,23 @@ int fa04_forward(const float* Q, const float* K, const float* V, float* O, float
   }
 }
 
-int fa04_default_blocks(int64_t d, int64_t* Br, int64_t* Bc) {
+int fa04_blocks_for(int64_t B, int64_t H, int64_t N_q, int64_t N_k, int64_t d, int causal, int threads,
+                    int64_t* Br, int64_t* Bc) {
   g_error.clear();
   if (!Br || !Bc) return fail(FA04_INVALID_ARGUMENT, "Br, Bc: expected pointers, found NULL");
-  if (d < 1) return fail(FA04_INVALID_ARGUMENT, "--head-dim: expected an integer >= 1, found " + std::to_string(d));
-  const tiled::Blocks b = tiled::default_blocks(d);
+  if (threads < 0 || threads > 4096)
+    return fail(FA04_INVALID_ARGUMENT, "--threads: expected 0 (all) to 4096, found " + std::to_string(threads));
+  fa::AttnProblem p;
+  p.B = B, p.H = H, p.H_kv = 1, p.N_q = N_q, p.N_k = N_k, p.d = d;
+  p.causal = causal != 0;
+  try {
+    fa::validate(p);
+  } catch (const fa::InputError& e) {
+    return fail(FA04_INVALID_ARGUMENT, e.what());
+  }
+  tiled::Blocks blk;
+  blk.threads = threads;
+  const tiled::Blocks b = tiled::blocks_for(p, blk);
   *Br = b.Br, *Bc = b.Bc;
   return FA04_OK;
 }

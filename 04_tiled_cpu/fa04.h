@@ -37,9 +37,11 @@ FA04_API int fa04_forward(const float* Q, const float* K, const float* V, float*
                           int64_t B, int64_t H, int64_t H_kv, int64_t N_q, int64_t N_k, int64_t d,
                           int causal, float scale, int64_t Br, int64_t Bc, int threads);
 
-/* The block sizes (rows) fa04_forward uses for head dim d when given Br = Bc = 0, written to *Br
- * and *Bc (before the clamp to N_q, N_k). Returns an fa04_status. */
-FA04_API int fa04_default_blocks(int64_t d, int64_t* Br, int64_t* Bc);
+/* The block sizes (rows) fa04_forward runs this problem with when given Br = Bc = 0 and
+ * `threads` (tiled::blocks_for: the CPU default, smaller for short sequences and few tasks),
+ * written to *Br and *Bc. Returns an fa04_status. */
+FA04_API int fa04_blocks_for(int64_t B, int64_t H, int64_t N_q, int64_t N_k, int64_t d, int causal,
+                             int threads, int64_t* Br, int64_t* Bc);
 
 /* The machine's fp32 fused multiply-add peak in GFLOP/s on `threads` threads, measured (best of
  * `repeats` runs of a register-only FMA loop of about 60 ms each: fma_peak.hpp); < 0 on a bad

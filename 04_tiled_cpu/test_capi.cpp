@@ -94,12 +94,19 @@ TEST_CASE("04 C ABI: bad arguments get a status and one line naming them; output
 
 TEST_CASE("04 C ABI: blocks, ISA and the FMA peak report what the build uses") {
   int64_t Br = 0, Bc = 0;
-  REQUIRE(fa04_default_blocks(128, &Br, &Bc) == FA04_OK);
-  const tiled::Blocks b = tiled::default_blocks(128);
-  CHECK(Br == b.Br);
-  CHECK(Bc == b.Bc);
-  CHECK(fa04_default_blocks(0, &Br, &Bc) == FA04_INVALID_ARGUMENT);
-  CHECK(fa04_default_blocks(64, nullptr, &Bc) == FA04_INVALID_ARGUMENT);
+  for (int64_t N : {100, 1024, 4096})
+    for (int causal : {0, 1}) {
+      INFO("N = " << N << " causal " << causal);
+      REQUIRE(fa04_blocks_for(1, 8, N, N, 128, causal, 2, &Br, &Bc) == FA04_OK);
+      fa::AttnProblem p = fa::make_problem(1, 8, 1, N, N, 128, causal != 0);
+      const tiled::Blocks b = tiled::blocks_for(p, tiled::Blocks{0, 0, 2});
+      CHECK(Br == b.Br);
+      CHECK(Bc == b.Bc);
+    }
+  CHECK(fa04_blocks_for(1, 8, 64, 64, 0, 0, 2, &Br, &Bc) == FA04_INVALID_ARGUMENT);
+  CHECK(std::string(fa04_last_error()).find("--head-dim") != std::string::npos);
+  CHECK(fa04_blocks_for(1, 8, 64, 64, 64, 0, 2, nullptr, &Bc) == FA04_INVALID_ARGUMENT);
+  CHECK(fa04_blocks_for(1, 8, 64, 64, 64, 0, -1, &Br, &Bc) == FA04_INVALID_ARGUMENT);
   CHECK(std::string(fa04_isa()) == tiled::mk::kIsa);
   CHECK(fa04_vector_floats() == tiled::mk::VW);
   const double peak = fa04_fma_peak_gflops(1, 1);

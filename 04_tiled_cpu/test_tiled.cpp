@@ -202,7 +202,7 @@ TEST_CASE("04_tiled_cpu: block sizes from M follow Alg. 1 line 1 (Bc = ceil(M/4d
   CHECK(b.Br == 1);
 }
 
-TEST_CASE("04_tiled_cpu: the CPU's default blocks: Br = 256, Bc <= 512 within half of M; Br shrinks for the threads") {
+TEST_CASE("04_tiled_cpu: the CPU default blocks: Br = 256, Bc <= 512 within half of M; smaller for short sequences and few tasks") {
   const int64_t M = tiled::default_sram_bytes() / 4;  // floats
   for (int64_t d : {16, 64, 128, 256, 1000}) {
     INFO("d = " << d << ", M = " << M << " floats");
@@ -223,14 +223,26 @@ TEST_CASE("04_tiled_cpu: the CPU's default blocks: Br = 256, Bc <= 512 within ha
   CHECK(b.Br == 7);
   CHECK(b.Bc == 300);
   CHECK(b.threads == 3);
-  b = tiled::blocks_for(p, tiled::Blocks{0, 0, 2});  // 8 heads x 16 blocks of 256: plenty of tasks
+  // 8 heads x 16 blocks of 256 rows: plenty of tasks, Br = 256; 300 keys: at most a quarter per
+  // block, rounded down to a multiple of 64 (but 64 at least).
+  b = tiled::blocks_for(p, tiled::Blocks{0, 0, 2});
   CHECK(b.Br == 256);
-  CHECK(b.Bc == std::min<int64_t>(tiled::default_blocks(64).Bc, 300));
-  // One head of 1024 rows on 2 threads: 4 tasks wanted, so 4 blocks of 256 (unchanged); on 4
-  // threads 8 blocks of 128; one head of 100 rows on 2 threads: 4 blocks of 25.
-  p = fa::make_problem(1, 1, 1, 1024, 1024, 64, false);
+  CHECK(b.Bc == 64);
+  p.N_k = 4096;
+  CHECK(tiled::blocks_for(p, tiled::Blocks{0, 0, 2}).Bc == tiled::default_blocks(64).Bc);
+  // Short sequences: N = 1024 gives at most 1024 / 4 = 256 keys, and with the causal mask at
+  // most 1024 / 8 = 128 rows.
+  p = fa::make_problem(1, 8, 8, 1024, 1024, 64, false);
+  b = tiled::blocks_for(p, tiled::Blocks{0, 0, 2});
+  CHECK(b.Br == 256);
+  CHECK(b.Bc == std::min<int64_t>(256, tiled::default_blocks(64).Bc));
+  p.causal = true;
+  CHECK(tiled::blocks_for(p, tiled::Blocks{0, 0, 2}).Br == 128);
+  // Few tasks: one head of 4096 rows on 2 threads (16 blocks of 256: enough); on 16 threads
+  // 32 tasks are wanted, so 32 blocks of 128; one head of 100 rows on 2 threads: 4 blocks of 25.
+  p = fa::make_problem(1, 1, 1, 4096, 4096, 64, false);
   CHECK(tiled::blocks_for(p, tiled::Blocks{0, 0, 2}).Br == 256);
-  CHECK(tiled::blocks_for(p, tiled::Blocks{0, 0, 4}).Br == 128);
+  CHECK(tiled::blocks_for(p, tiled::Blocks{0, 0, 16}).Br == 128);
   p.N_q = 100;
   CHECK(tiled::blocks_for(p, tiled::Blocks{0, 0, 2}).Br == 25);
   p.N_q = 1;

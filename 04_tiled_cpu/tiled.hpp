@@ -97,14 +97,20 @@ inline int64_t rows_for_threads(int64_t Br, const fa::AttnProblem& p, int thread
 }
 
 // The blocks forward() runs p with: sizes given (> 0) as they are, zeros replaced by the default
-// (default_blocks, Br shrunk by rows_for_threads), both at most the problem's N_q, N_k; threads
-// 0 replaced by omp_get_max_threads().
+// (default_blocks), both at most the problem's N_q, N_k; threads 0 replaced by
+// omp_get_max_threads(). Short sequences get smaller default blocks: at most N_k / 4 keys, and
+// with the causal mask at most N_q / 8 rows (64 at least): each query block computes and throws
+// away its diagonal triangle, Br^2 / 2 scores, a large share when N is a few Br. Measured at
+// N = 1024 (README, "Block sizes"); then rows_for_threads.
 inline Blocks blocks_for(const fa::AttnProblem& p, const Blocks& blk) {
   const Blocks def = default_blocks(p.d);
+  const auto down64 = [](int64_t n) { return std::max<int64_t>(64, n / 64 * 64); };
   Blocks b;
   b.threads = blk.threads > 0 ? blk.threads : omp_get_max_threads();
-  b.Br = std::min(blk.Br > 0 ? blk.Br : rows_for_threads(def.Br, p, b.threads), p.N_q);
-  b.Bc = std::min(blk.Bc > 0 ? blk.Bc : def.Bc, p.N_k);
+  const int64_t Br = p.causal ? std::min(def.Br, down64(p.N_q / 8)) : def.Br;
+  const int64_t Bc = std::min(def.Bc, down64(p.N_k / 4));
+  b.Br = std::min(blk.Br > 0 ? blk.Br : rows_for_threads(Br, p, b.threads), p.N_q);
+  b.Bc = std::min(blk.Bc > 0 ? blk.Bc : Bc, p.N_k);
   return b;
 }
 
