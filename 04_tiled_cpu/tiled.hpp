@@ -87,8 +87,8 @@ inline Blocks default_blocks(int64_t d) {
 }
 
 // The default Br shrinks when a problem has too few query rows to give every thread two blocks
-// (B H ceil(N_q / Br) tasks): one head of a few hundred rows, or a batch of one short sequence, would otherwise
-// run on one thread. Explicit block sizes are used as given.
+// (B H ceil(N_q / Br) tasks): one head of a few hundred rows, or a batch of one short sequence,
+// would otherwise run on one thread. Explicit block sizes are used as given.
 inline int64_t rows_for_threads(int64_t Br, const fa::AttnProblem& p, int threads) {
   const int64_t heads = p.B * p.H, want = 2 * int64_t(threads);
   if (heads * ((p.N_q + Br - 1) / Br) >= want) return Br;
@@ -181,8 +181,8 @@ void forward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, T* O,
         // Load K_j and V_j into SRAM (line 6): only the bn keys some row of this block sees (a
         // block crossing the diagonal stops at keys_needed; the rest of it is never read). K_j goes
         // in transposed, Kt[x][c] = K_j[c][x], so that the micro-kernel reads keys as contiguous
-        // vectors (transpose_k: VW x VW squares at a time, through registers). Columns bn .. bcp-1 of Kt (the padding to a whole vector) keep stale keys of an
-        // earlier block, finite or not: harmless, because their scores are overwritten with -inf
+        // vectors (transpose_k: VW x VW squares at a time, through registers). Columns bn .. bcp-1
+        // of Kt (the padding to a whole vector) keep stale keys of an earlier block, finite or not: harmless, because their scores are overwritten with -inf
         // below before anything reads them, so P is exactly 0 there, and gemm_pv reads only the
         // first bn rows of Vj (and columns of P).
         // GQA: query head h reads kv head h / (H / H_kv) (problem.hpp's kv_offset).
