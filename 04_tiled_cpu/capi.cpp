@@ -1,7 +1,10 @@
 // libfa04.so: the C ABI of fa04.h over stage 04's forward (tiled.hpp). Exceptions stop here:
 // every failure becomes a status code and a message for fa04_last_error().
+#include <unistd.h>
+
 #include <cmath>
 #include <new>
+#include <sstream>
 #include <string>
 
 #include "errors.hpp"
@@ -31,14 +34,16 @@ int fa04_forward(const float* Q, const float* K, const float* V, float* O, float
   g_error.clear();
   if (!Q || !K || !V || !O || !LSE)
     return fail(FA04_INVALID_ARGUMENT, "Q, K, V, O, LSE: expected pointers, found NULL");
-  if (!(std::isfinite(scale) && scale >= 0.f) || std::signbit(scale))
-    return fail(FA04_INVALID_ARGUMENT,
-                "--scale: expected a finite number > 0 (or 0 for 1/sqrt(d)), found " + std::to_string(scale));
+  if (!(std::isfinite(scale) && scale >= 0.f) || std::signbit(scale)) {
+    std::ostringstream found;
+    found << scale;
+    return fail(FA04_INVALID_ARGUMENT, "--scale: expected a finite number > 0 (or 0 for 1/sqrt(d)), found " + found.str());
+  }
   if (Br < 0 || Bc < 0)
     return fail(FA04_INVALID_ARGUMENT, "--block-q/--block-k: expected block sizes >= 0 (0: the default), found Br=" +
                                            std::to_string(Br) + " Bc=" + std::to_string(Bc));
-  if (threads < 0 || threads > 4096)
-    return fail(FA04_INVALID_ARGUMENT, "--threads: expected 0 (all) to 4096, found " + std::to_string(threads));
+  if (threads < 0 || threads > 256)
+    return fail(FA04_INVALID_ARGUMENT, "--threads: expected 0 (all) to 256, found " + std::to_string(threads));
   fa::AttnProblem p;
   p.B = B, p.H = H, p.H_kv = H_kv, p.N_q = N_q, p.N_k = N_k, p.d = d;
   p.causal = causal != 0;
@@ -47,7 +52,17 @@ int fa04_forward(const float* Q, const float* K, const float* V, float* O, float
     fa::validate(p);
     tiled::Blocks blk;
     blk.Br = Br, blk.Bc = Bc, blk.threads = threads;
-    tiled::forward<float>(p, Q, K, V, O, LSE, blk);
+    const tiled::Blocks use = tiled::blocks_for(p, blk);
+    // The block buffers of every thread, against the machine's memory: zero-filled, so an
+    // allocation that overcommit let through would be paid for in the OOM killer, not here.
+    const double need = double(use.threads) * double(sizeof(float)) * double(tiled::sram_floats(p.d, use));
+    const double phys = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
+    if (phys > 0 && need > 0.9 * phys)
+      return fail(FA04_OUT_OF_MEMORY, "--block-q/--block-k/--threads: expected block buffers within 90% of the " +
+                                          std::to_string(int64_t(phys / (1 << 20))) + " MiB of memory, found " +
+                                          std::to_string(int64_t(need / (1 << 20))) + " MiB (" +
+                                          std::to_string(use.threads) + " threads)");
+    tiled::forward<float>(p, Q, K, V, O, LSE, use);
     return FA04_OK;
   } catch (const fa::InputError& e) {
     return fail(FA04_INVALID_ARGUMENT, e.what());
@@ -60,8 +75,8 @@ int fa04_blocks_for(int64_t B, int64_t H, int64_t N_q, int64_t N_k, int64_t d, i
                     int64_t* Br, int64_t* Bc) {
   g_error.clear();
   if (!Br || !Bc) return fail(FA04_INVALID_ARGUMENT, "Br, Bc: expected pointers, found NULL");
-  if (threads < 0 || threads > 4096)
-    return fail(FA04_INVALID_ARGUMENT, "--threads: expected 0 (all) to 4096, found " + std::to_string(threads));
+  if (threads < 0 || threads > 256)
+    return fail(FA04_INVALID_ARGUMENT, "--threads: expected 0 (all) to 256, found " + std::to_string(threads));
   fa::AttnProblem p;
   p.B = B, p.H = H, p.H_kv = 1, p.N_q = N_q, p.N_k = N_k, p.d = d;
   p.causal = causal != 0;
@@ -79,8 +94,8 @@ int fa04_blocks_for(int64_t B, int64_t H, int64_t N_q, int64_t N_k, int64_t d, i
 
 double fa04_fma_peak_gflops(int threads, int repeats) {
   g_error.clear();
-  if (threads < 1 || threads > 4096 || repeats < 1) {
-    fail(FA04_INVALID_ARGUMENT, "threads, repeats: expected 1 to 4096 and >= 1, found " +
+  if (threads < 1 || threads > 256 || repeats < 1 || repeats > 100) {
+    fail(FA04_INVALID_ARGUMENT, "threads, repeats: expected 1 to 256 and 1 to 100, found " +
                                     std::to_string(threads) + ", " + std::to_string(repeats));
     return -1;
   }

@@ -20,11 +20,15 @@ extern "C" {
 
 enum fa04_status {
   FA04_OK = 0,
-  FA04_INVALID_ARGUMENT = 1, /* a null pointer, a size < 1, H % H_kv != 0, a bad scale or block */
-  FA04_OUT_OF_MEMORY = 2     /* the per-thread block buffers did not fit in host memory */
+  FA04_INVALID_ARGUMENT = 1, /* a null pointer, a size < 1, H % H_kv != 0, a bad scale or block,
+                                threads outside 0..256 */
+  FA04_OUT_OF_MEMORY = 2     /* the per-thread block buffers would not fit in 90% of the memory */
 };
 
-/* Forward attention with stage 04 (tiled.hpp), float32, on `threads` OpenMP threads (0: all).
+/* Forward attention with stage 04 (tiled.hpp), float32, on `threads` OpenMP threads (0: all;
+ * never more than there are query blocks). Scores past float32's range (|scale q.k| > 3.4e38)
+ * overflow to inf and give NaN rows, as in any float32 attention; the stage program warns about
+ * such inputs, this function does not check them.
  *   Q, O : [B, H, N_q, d], row-major, contiguous, float32
  *   K, V : [B, H_kv, N_k, d]; query head h reads kv head h / (H / H_kv)
  *   LSE  : [B, H, N_q], natural log (-inf for a row that sees no key)
@@ -43,9 +47,9 @@ FA04_API int fa04_forward(const float* Q, const float* K, const float* V, float*
 FA04_API int fa04_blocks_for(int64_t B, int64_t H, int64_t N_q, int64_t N_k, int64_t d, int causal,
                              int threads, int64_t* Br, int64_t* Bc);
 
-/* The machine's fp32 fused multiply-add peak in GFLOP/s on `threads` threads, measured (best of
- * `repeats` runs of a register-only FMA loop of about 60 ms each: fma_peak.hpp); < 0 on a bad
- * argument. */
+/* The machine's fp32 fused multiply-add peak in GFLOP/s on `threads` threads (1 to 256),
+ * measured (best of `repeats` (1 to 100) runs of a register-only FMA loop of about 60 ms each
+ * with one thread per core: fma_peak.hpp); < 0 on a bad argument. */
 FA04_API double fa04_fma_peak_gflops(int threads, int repeats);
 
 /* What this build targets: "AVX-512", "AVX2" or "SSE2", and floats per vector register. */

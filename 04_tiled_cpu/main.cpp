@@ -107,10 +107,9 @@ int main(int argc, char** argv) {
   stage.forward = [&](const fa::AttnProblem& p, const float* Q, const float* K, const float* V,
                       float* O, float* LSE) {
     const tiled::Blocks b = resolve(cfg, p);
-    // The block buffers of every thread (tiled.hpp's Sram): ~ Br Bc + Br d + 2 Bc d floats each.
-    const int64_t Br = b.Br, Bc = b.Bc, threads = b.threads;
-    fa::check_memory(threads * int64_t(sizeof(float)) * (Br * (Bc + 16) + 2 * Br * (p.d + 16) + Bc * (2 * p.d + 32)),
-                     "--block-q/--block-k", "the block buffers of " + std::to_string(threads) + " threads");
+    // The block buffers of every thread (tiled.hpp's Sram, tiled::sram_floats each).
+    fa::check_memory(b.threads * int64_t(sizeof(float)) * tiled::sram_floats(p.d, b), "--block-q/--block-k/--threads",
+                     "the block buffers of " + std::to_string(b.threads) + " threads");
     used = b;
     ran = p;
     if (cfg.io_report) {

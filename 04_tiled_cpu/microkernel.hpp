@@ -246,8 +246,9 @@ inline vf exp_neg(vf x) {
 }
 
 // exp(x) for -87 <= x <= 0 only: exp_neg without its edge handling (no clamp, no 2^+-64 steps),
-// so about 40% fewer instructions. For such x, n >= -126 and 2^n is a normal float, so exp_neg's
-// rescale is 1 and both give the same bits (test_tiled.cpp checks it over the whole interval).
+// so about 40% fewer instructions. For such x, n >= -126, so 2^n is a normal float: exp_neg's
+// two exact power-of-two steps (2^(n+64), then 2^-64, for n < -100) and one multiplication by
+// 2^n round the same way, and both give the same bits (test_tiled.cpp walks the whole interval).
 inline vf exp_neg_normal(vf x) {
   vi ni;
   const vf e = exp_reduced(x, ni);

@@ -2,6 +2,7 @@
 // it, the same bits as calling tiled::forward directly, and every refusal (a status, one line
 // naming the argument, outputs left untouched) instead of a crash.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
@@ -72,6 +73,7 @@ TEST_CASE("04 C ABI: bad arguments get a status and one line naming them; output
       {"--scale", 1, 1, 1, 4, 16, std::numeric_limits<float>::infinity(), 0, 0, 0, false},
       {"--block-q", 1, 1, 1, 4, 16, 0.f, -1, 0, 0, false},
       {"--threads", 1, 1, 1, 4, 16, 0.f, 0, 0, -2, false},
+      {"--threads", 1, 1, 1, 4, 16, 0.f, 0, 0, 257, false},
       {"2^40", 1 << 20, 1 << 20, 1, 1 << 20, 16, 0.f, 0, 0, 0, false},
   };
   for (const Bad& b : bad) {
@@ -90,6 +92,21 @@ TEST_CASE("04 C ABI: bad arguments get a status and one line naming them; output
   std::vector<float> O(64), L(4);
   CHECK(fa04_forward(Q.data(), K.data(), V.data(), O.data(), L.data(), 1, 1, 1, 4, 4, 16, 0, 0.f, 0, 0, 1) == FA04_OK);
   CHECK(std::string(fa04_last_error()).empty());
+}
+
+TEST_CASE("04 C ABI: block buffers larger than the memory are refused before any allocation") {
+  // One query row per head, Br = Bc = 1, and a head dimension so large that the two threads'
+  // buffers (about 76 d bytes each: Qi, Vj and Oi rows of d floats, Kt d x 16) exceed the
+  // machine's memory. The inputs are never read: the refusal comes first.
+  const double phys = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
+  REQUIRE(phys > 0);
+  const int64_t d = (int64_t(phys / 100) + 15) / 16 * 16;
+  std::vector<float> tiny(16, 1.f), O(16, std::numeric_limits<float>::quiet_NaN()), L(2, 0.f);
+  const int s = fa04_forward(tiny.data(), tiny.data(), tiny.data(), O.data(), L.data(), 1, 2, 2, 1, 1, d, 0, 0.f,
+                             0, 0, 2);
+  CHECK(s == FA04_OUT_OF_MEMORY);
+  CHECK(std::string(fa04_last_error()).find("--block-q/--block-k/--threads") != std::string::npos);
+  for (float x : O) CHECK(std::isnan(x));
 }
 
 TEST_CASE("04 C ABI: blocks, ISA and the FMA peak report what the build uses") {
@@ -114,4 +131,5 @@ TEST_CASE("04 C ABI: blocks, ISA and the FMA peak report what the build uses") {
   CHECK(std::isfinite(peak));
   CHECK(fa04_fma_peak_gflops(0, 1) < 0);
   CHECK(fa04_fma_peak_gflops(1, 0) < 0);
+  CHECK(fa04_fma_peak_gflops(257, 1) < 0);
 }

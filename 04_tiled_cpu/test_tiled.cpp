@@ -247,6 +247,10 @@ TEST_CASE("04_tiled_cpu: the CPU default blocks: Br = 256, Bc <= 512 within half
   CHECK(tiled::blocks_for(p, tiled::Blocks{0, 0, 2}).Br == 25);
   p.N_q = 1;
   CHECK(tiled::blocks_for(p, tiled::Blocks{0, 0, 2}).Br == 1);
+  // Never more threads than query blocks: one row, one task, one thread (and one set of buffers).
+  CHECK(tiled::blocks_for(p, tiled::Blocks{0, 0, 64}).threads == 1);
+  p.N_q = 1000;
+  CHECK(tiled::blocks_for(p, tiled::Blocks{100, 0, 64}).threads == 10);
 }
 
 TEST_CASE("04_tiled_cpu: extra memory is O(N d): the block buffers, independent of N") {

@@ -98,7 +98,8 @@ inline int64_t rows_for_threads(int64_t Br, const fa::AttnProblem& p, int thread
 
 // The blocks forward() runs p with: sizes given (> 0) as they are, zeros replaced by the default
 // (default_blocks), both at most the problem's N_q, N_k; threads 0 replaced by
-// omp_get_max_threads(). Short sequences get smaller default blocks: at most N_k / 4 keys, and
+// omp_get_max_threads(), and never more threads than query blocks (B H ceil(N_q / Br) tasks):
+// an idle thread would still cost its block buffers. Short sequences get smaller default blocks: at most N_k / 4 keys, and
 // with the causal mask at most N_q / 8 rows (64 at least): each query block computes and throws
 // away its diagonal triangle, Br^2 / 2 scores, a large share when N is a few Br. Measured at
 // N = 1024 (README, "Block sizes"); then rows_for_threads.
@@ -111,7 +112,14 @@ inline Blocks blocks_for(const fa::AttnProblem& p, const Blocks& blk) {
   const int64_t Bc = std::min(def.Bc, down64(p.N_k / 4));
   b.Br = std::min(blk.Br > 0 ? blk.Br : rows_for_threads(Br, p, b.threads), p.N_q);
   b.Bc = std::min(blk.Bc > 0 ? blk.Bc : Bc, p.N_k);
+  b.threads = int(std::min<int64_t>(b.threads, p.B * p.H * ((p.N_q + b.Br - 1) / b.Br)));
   return b;
+}
+
+// Floats of one thread's block buffers in forward() (its Sram) for head dim d and blocks b.
+inline int64_t sram_floats(int64_t d, const Blocks& b) {
+  const int64_t ldk = mk::row_stride(b.Bc), ldo = mk::row_stride(d);
+  return b.Br * d + d * ldk + b.Bc * ldo + b.Br * ldk + b.Br * ldo + 2 * b.Br;
 }
 
 template <class T, class Io = NoIo>

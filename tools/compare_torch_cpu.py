@@ -158,8 +158,22 @@ def main():
     except ValueError:
         print(f"--d/--N: expected comma-separated integers, found {a.d!r} / {a.N!r}", file=sys.stderr)
         return 2
-    if a.threads < 1 or min(ds + Ns) < 1 or a.heads < 1:
-        print("--threads/--d/--N/--heads: expected integers >= 1", file=sys.stderr)
+    if not (1 <= a.threads <= 256) or min(ds + Ns) < 1 or a.heads < 1:
+        print(f"--threads/--d/--N/--heads: expected integers >= 1 (threads at most 256), found "
+              f"{a.threads}/{a.d}/{a.N}/{a.heads}", file=sys.stderr)
+        return 2
+    if a.min_calls < 1 or not (0 <= a.min_seconds <= 3600):
+        print(f"--min-calls/--min-seconds: expected >= 1 and 0 to 3600, found {a.min_calls}/{a.min_seconds}",
+              file=sys.stderr)
+        return 2
+    tensor_bytes = 3 * a.heads * max(Ns) * max(ds) * 4 * 3  # Q, K, V; two outputs and the float64 check
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if tensor_bytes > mem // 2:
+        print(f"--N/--d/--heads: expected tensors within half of the {mem >> 20} MiB of memory, found "
+              f"{tensor_bytes >> 20} MiB", file=sys.stderr)
+        return 2
+    if a.json and not os.path.isdir(os.path.dirname(os.path.abspath(a.json))):
+        print(f"--json: expected a file in an existing folder, found {a.json}", file=sys.stderr)
         return 2
     if not os.path.isfile(a.lib):
         print(f"--lib: expected libfa04.so (cmake --build build --target fa04), found no file {a.lib}",
