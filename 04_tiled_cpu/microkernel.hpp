@@ -44,8 +44,9 @@ inline int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 // The row stride (floats) of a block buffer whose rows hold n floats: n rounded up to whole
 // vectors, plus 16 floats (64 bytes, one cache line) when that is a multiple of 32 floats. A
 // micro-kernel walks down a column panel of such a buffer, one row per step; with a stride of
-// 1 KiB (256 keys) the rows would map to a quarter of the 64 L1 sets and evict each other (a
-// 4-KiB stride: one set). An odd number of 64-byte lines per row spreads them over all sets.
+// 1 KiB (256 keys) the same line of every row falls in one L1 set out of 16, and they evict each
+// other (a 4-KiB stride: all in one set). An odd number of 64-byte lines per row spreads them
+// over all 64 sets.
 inline int64_t row_stride(int64_t n) {
   const int64_t w = round_up(n, VW);
   return w % 32 == 0 ? w + 16 : w;
@@ -136,9 +137,10 @@ inline void pv_tile(const float* P, int64_t ldp, const float* V, int64_t ldv, in
     for (int v = 0; v < NVEC; ++v) b[v] = load(V + k * ldv + v * VW);
     // V's panel (a key block's rows, Bc x NVEC*VW floats: 128 KiB at Bc = 512) does not fit in
     // L1, so each row tile streams it from L2; asking for row k + 4 now hides that latency
-    // (measured: +4-6% for the whole forward at d = 64 and 128; 2 to 6 rows ahead all gain).
+    // (tools/stage04_steps.py: 1.04x for the whole forward at d = 64, 1.02x at d = 128).
     // Near the end that address lies past the panel: harmless, a prefetch never faults, and it is
-    // formed as an integer, so no out-of-range pointer exists (a clamp to the last row costs ~4%).
+    // formed as an integer, so no out-of-range pointer exists (a clamp to the last row, tried
+    // instead, added a compare and a multiply per step and measured slower by hand).
     const uintptr_t ahead = reinterpret_cast<uintptr_t>(V + k * ldv) + uintptr_t(4 * ldv) * sizeof(float);
 #pragma GCC unroll 8
     for (int v = 0; v < NVEC; ++v)

@@ -130,7 +130,7 @@ def time_pair(lib, q, k, v, causal, threads, min_calls, min_seconds):
     theirs = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
     ours(), theirs()  # warm-up: first-touch of buffers, thread pools started
     t_ours, t_theirs = [], []
-    while len(t_ours) < min_calls or min(sum(t_ours), sum(t_theirs)) < min_seconds:
+    while len(t_ours) < min_calls or min(sum(t_ours), sum(t_theirs)) < min_seconds * 1e3:  # ms
         for f, ts in ((ours, t_ours), (theirs, t_theirs)):
             time.sleep(0.02)
             t0 = time.perf_counter()
