@@ -96,11 +96,15 @@ TEST_CASE("04 C ABI: bad arguments get a status and one line naming them; output
 
 TEST_CASE("04 C ABI: block buffers larger than the memory are refused before any allocation") {
   // One query row per head, Br = Bc = 1, and a head dimension so large that the two threads'
-  // buffers (about 76 d bytes each: Qi, Vj and Oi rows of d floats, Kt d x 16) exceed the
-  // machine's memory. The inputs are never read: the refusal comes first.
+  // buffers (Qi, Vj and Oi rows of d floats and Kt, d x row_stride(1): at least 4 d floats, 16
+  // bytes, each) need about 2 x 16 x phys / 20 bytes, 1.6 times the machine's memory, whatever
+  // the vector width. The inputs are never read: the refusal comes first.
   const double phys = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
   REQUIRE(phys > 0);
-  const int64_t d = (int64_t(phys / 100) + 15) / 16 * 16;
+  const int64_t d = (int64_t(phys / 20) + 15) / 16 * 16;
+  tiled::Blocks one;
+  one.Br = 1, one.Bc = 1, one.threads = 2;
+  REQUIRE(2.0 * 4.0 * double(tiled::sram_floats(d, one)) > phys);  // the premise, checked
   std::vector<float> tiny(16, 1.f), O(16, std::numeric_limits<float>::quiet_NaN()), L(2, 0.f);
   const int s = fa04_forward(tiny.data(), tiny.data(), tiny.data(), O.data(), L.data(), 1, 2, 2, 1, 1, d, 0, 0.f,
                              0, 0, 2);
