@@ -209,16 +209,6 @@ inline float row_max(const float* s, int64_t n) {
   return m;
 }
 
-// exp(x) for x <= 0 (the only arguments the online softmax produces; positive x work too, up to
-// +inf past ln(FLT_MAX) = 88.72): x = n ln2 + r with |r| <= ln2 / 2, exp(r) by its Taylor series
-// to r^7 (truncation error < 1e-8, below float rounding), times 2^n built in the exponent bits.
-// The exponent bits hold 2^n only for -126 <= n <= 127, so for |n| > 100 the power is built as
-// 2^(n -+ 64) and the product scaled by 2^(+-64) afterwards, which rounds once: results below
-// FLT_MIN (x < -87.34) come out as float32 subnormals and results past FLT_MAX as +inf, as std::exp
-// gives them. x < -103.98 (including -inf, a masked score) gives exactly 0, as std::exp does
-// (exp(x) is below half the smallest subnormal there). Against std::exp over every float32 in
-// [-104.5, 100.5]: within 0.66 ulp, subnormal results within 0.85 of their ulp (2^-149), zeros and
-// infinities where std::exp has them (test_tiled.cpp).
 // The shared core: exp(r) for |r| <= ln2 / 2 and the integer n, for x = n ln2 + r (|x| <= 104).
 inline vf exp_reduced(vf x, vi& ni) {
   const vf shifter = splat(12582912.f);  // 1.5 * 2^23: adding it rounds to an integer
@@ -236,6 +226,16 @@ inline vf exp_reduced(vf x, vi& ni) {
   return e * r + 1.f;
 }
 
+// exp(x) for x <= 0 (the only arguments the online softmax produces; positive x work too, up to
+// +inf past ln(FLT_MAX) = 88.72): x = n ln2 + r with |r| <= ln2 / 2, exp(r) by its Taylor series
+// to r^7 (truncation error < 1e-8, below float rounding), times 2^n built in the exponent bits.
+// The exponent bits hold 2^n only for -126 <= n <= 127, so for |n| > 100 the power is built as
+// 2^(n -+ 64) and the product scaled by 2^(+-64) afterwards, which rounds once: results below
+// FLT_MIN (x < -87.34) come out as float32 subnormals and results past FLT_MAX as +inf, as std::exp
+// gives them. x < -103.98 (including -inf, a masked score) gives exactly 0, as std::exp does
+// (exp(x) is below half the smallest subnormal there). Against std::exp over every float32 in
+// [-104.5, 100.5]: within 0.66 ulp, subnormal results within 0.85 of their ulp (2^-149), zeros and
+// infinities where std::exp has them (test_tiled.cpp).
 inline vf exp_neg(vf x) {
   const vf lo = splat(-103.98f), hi = splat(100.f);
   const vf xc = x < lo ? lo : x > hi ? hi : x;
