@@ -25,6 +25,7 @@
 #include "kernels/v6_warp_rows.cuh"
 #include "kernels/v7_wgmma.cuh"
 #include "kernels/v8_persistent.cuh"
+#include "kernels/v9_overlap.cuh"
 #include "runner.hpp"
 
 namespace fa05 {
@@ -54,6 +55,9 @@ const std::vector<KernelInfo>& kernels() {
        true, 256},
       {"v8", "kernels/v8_persistent.cuh",
        "v7 + persistent blocks: one per SM walks the tiles, loading the next tile's Q, K, V during the last block",
+       true, 256},
+      {"v9", "kernels/v9_overlap.cuh",
+       "v7 + the softmax of block j overlapped with the tensor cores' P V of block j-1 (FA3's intra-warpgroup pipelining)",
        true, 256},
       {"cublas", "kernels/baseline_cublas.cuh",
        "materialised baseline: cuBLAS S = QK^T, softmax kernel, cuBLAS O = PV; S, P in HBM",
@@ -220,6 +224,13 @@ struct V8 {  // v7's shapes, with a second Q tile in shared memory
   static auto kernel() { return v8::forward_kernel<T, D, W, C>; }
   static int64_t smem(int64_t d, int64_t warps, int64_t Bc) { return v8::smem_bytes(int(d), int(warps), int(Bc)); }
 };
+struct V9 {  // v7's shapes and shared memory
+  static constexpr int rows_per_warp = 16;
+  using Shapes = V7Shapes;
+  template <class T, int D, int W, int C>
+  static auto kernel() { return v9::forward_kernel<T, D, W, C>; }
+  static int64_t smem(int64_t d, int64_t warps, int64_t Bc) { return v9::smem_bytes(int(d), int(warps), int(Bc)); }
+};
 
 // Ver's shapes at head dim d, as (Br, Bc).
 template <class Ver, class... S>
@@ -299,8 +310,10 @@ void tc_forward(const fa::AttnProblem& p, fa::DType dtype, const void* Q, const 
     found = dispatch_shape<V6>(pl, p.d, go);
   else if (pl.runs == "v7")
     found = dispatch_shape<V7>(pl, p.d, go);
-  else
+  else if (pl.runs == "v8")
     found = dispatch_shape<V8>(pl, p.d, go);
+  else
+    found = dispatch_shape<V9>(pl, p.d, go);
   if (!found)  // plan() checked the shape: unreachable unless the two disagree
     throw Unsupported("--block-q/--block-k", "a compiled shape", std::to_string(pl.Br) + "x" + std::to_string(pl.Bc));
 }
@@ -312,6 +325,7 @@ std::vector<BlockShape> block_shapes(const std::string& kernel, int64_t d) {
   if (kernel == "v6") return shape_list<V6>(d);
   if (kernel == "v7") return shape_list<V7>(d);
   if (kernel == "v8") return shape_list<V8>(d);
+  if (kernel == "v9") return shape_list<V9>(d);
   return {};
 }
 
@@ -329,6 +343,11 @@ BlockShape default_shape(const std::string& kernel, int64_t d) {
   if (kernel == "v7") return d <= 64 ? BlockShape{64, 128} : BlockShape{128, 128};
   // v8: v7's shapes, by the same sweep (BM_shape runs v8's too).
   if (kernel == "v8") return default_shape("v7", d);
+  // v9: our guess before its sweep was v7's shapes. The sweep (run 1 of gpu_check_v9, bf16) kept
+  // 128 x 128 at d = 128 (fastest in all 8 columns: 337 TFLOP/s at N = 8192, 128 x 64 293) and
+  // chose 128 x 64 at d = 64, fastest in all 8 columns (314 against v7's 64 x 128, 276, at N = 8192,
+  // not causal): with two warpgroups a block, one's softmax also overlaps the other's products.
+  if (kernel == "v9") return d <= 64 ? BlockShape{128, 64} : BlockShape{128, 128};
   return {0, 0};
 }
 
@@ -341,12 +360,12 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
   Plan pl;
   pl.runs = kernel;
   const bool tensor_cores = kernel == "v2" || kernel == "v3" || kernel == "v4" || kernel == "v5" || kernel == "v6" ||
-                            kernel == "v7" || kernel == "v8";
+                            kernel == "v7" || kernel == "v8" || kernel == "v9";
   if (tensor_cores && (dtype == fa::DType::fp32 || (p.d != 64 && p.d != 128))) {
     pl.runs = "v1";
     pl.note = kernel + " runs fp16/bf16 at d = 64 or 128 (tensor cores); ran v1 for " +
               fa::dtype_name(dtype) + " at d = " + std::to_string(p.d);
-  } else if (kernel == "v7" || kernel == "v8") {
+  } else if (kernel == "v7" || kernel == "v8" || kernel == "v9") {
     const int sm = cfg.sm > 0 ? cfg.sm : fa::gpu_compute_capability();
 #if FA05_HAVE_SM90A
     constexpr bool built = true;
@@ -354,7 +373,7 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
     constexpr bool built = false;  // v7's kernels are compiled only into sm_90a code
 #endif
     if (!built || (sm > 0 && sm != 90)) {
-      pl.runs = "v5";  // every v7 (and v8) shape is a v5 shape (V7Shapes)
+      pl.runs = "v5";  // every v7 (v8, v9) shape is a v5 shape (V7Shapes)
       pl.note = !built ? kernel + " needs a build for sm_90a (wgmma); this one has none: ran v5"
                        : kernel + " runs on sm_90 only (wgmma); ran v5 on this sm_" + std::to_string(sm) + " GPU";
     } else if (kernel == "v8" && p.d == 64) {
@@ -368,12 +387,13 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
   }
   // The knobs mean nothing to the other kernels: refuse them rather than ignore them. v1 takes
   // all three; v5, v6 and v7 take a block shape they are compiled for (--block-q, --block-k).
-  const bool runs_shaped = pl.runs == "v5" || pl.runs == "v6" || pl.runs == "v7" || pl.runs == "v8";
+  const bool runs_shaped =
+      pl.runs == "v5" || pl.runs == "v6" || pl.runs == "v7" || pl.runs == "v8" || pl.runs == "v9";
   if (cfg.persistent_blocks > 0 && kernel != "v8")  // v8 that falls back to v5 ignores it
     throw Unsupported("--persistent-blocks", "only with v8", "kernel " + kernel);
   if (pl.runs != "v1" && (cfg.sram_bytes > 0 || ((cfg.Br > 0 || cfg.Bc > 0) && !runs_shaped)))
     throw Unsupported(runs_shaped ? "--sram-bytes" : "--sram-bytes/--block-q/--block-k",
-                      runs_shaped ? "only with v1 (" + kernel + " takes --block-q/--block-k)" : "only with v1, v5, v6, v7 or v8",
+                      runs_shaped ? "only with v1 (" + kernel + " takes --block-q/--block-k)" : "only with v1, v5 ... v9",
                       "kernel " + kernel + ", which runs " + pl.runs + " here");
   if (pl.runs == "v2" || pl.runs == "v3" || pl.runs == "v4") {
     pl.Br = 64, pl.Bc = 64;  // v2::Br, v2::Bc; v3 and v4 keep them
@@ -389,7 +409,8 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
       return pl.runs == "v5"   ? V5::smem(p.d, warps, Bc)
              : pl.runs == "v6" ? V6::smem(p.d, warps, Bc)
              : pl.runs == "v7" ? V7::smem(p.d, warps, Bc)
-                               : V8::smem(p.d, warps, Bc);
+             : pl.runs == "v8" ? V8::smem(p.d, warps, Bc)
+                               : V9::smem(p.d, warps, Bc);
     };
     const BlockShape def = default_shape(kernel, p.d);  // v7/v8 -> v5 keeps their shape
     pl.Br = cfg.Br > 0 ? cfg.Br : def.Br;

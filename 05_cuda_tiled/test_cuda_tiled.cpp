@@ -2,8 +2,8 @@
 //   - the conformance battery for every kernel in fp32, fp16 and bf16 (common/conformance.hpp;
 //     v3 ... v6 in fp16 and bf16, where they run themselves)
 //   - v1 at block shapes that do not divide N, at tiny and huge blocks, at head dims 1 .. 256
-//   - every tensor-core version (v2 ... v8) at ragged sizes around its blocks, d = 64 and 128;
-//     v5 ... v8 at every block shape they are compiled for
+//   - every tensor-core version (v2 ... v9) at ragged sizes around its blocks, d = 64 and 128;
+//     v5 ... v9 at every block shape they are compiled for
 //   - determinism (a race shows as a result that moves between runs)
 //   - offsets past 2^31 elements (every kernel); a row sum past fp16's range (every kernel)
 //   - the measured extra GPU memory against the plan (0 for v1, S and P for cuBLAS)
@@ -49,8 +49,8 @@ TEST_CASE("05 v2 (tensor cores): conformance battery in fp16 and bf16 (and fp32 
   }
 }
 
-TEST_CASE("05 v3 ... v8: conformance battery in fp16 and bf16") {
-  for (const char* k : {"v3", "v4", "v5", "v6", "v7", "v8"})
+TEST_CASE("05 v3 ... v9: conformance battery in fp16 and bf16") {
+  for (const char* k : {"v3", "v4", "v5", "v6", "v7", "v8", "v9"})
     for (fa::DType t : {fa::DType::fp16, fa::DType::bf16}) {
       INFO(k << " dtype " << std::string(fa::dtype_name(t)));
       fa::check_forward_battery(stage_05_forward(k, t), false, storage(k, t));
@@ -63,9 +63,11 @@ const int64_t kRaggedSizes[][2] = {{1, 1},       {1, 200},   {17, 17},    {63, 6
                                    {65, 65},     {127, 129}, {129, 127},  {200, 63}, {63, 200},
                                    {1000, 1000}, {300, 1000}, {1000, 300}};
 
-// v7 and v8 run only on sm_90 (elsewhere their plan runs v5, and says so); v8 runs only d = 128
+// v7, v8 and v9 run only on sm_90 (elsewhere their plan runs v5, and says so); v8 runs only d = 128
 // (at d = 64 its plan runs v7).
-bool runs_itself(const std::string& k) { return (k != "v7" && k != "v8") || fa::gpu_compute_capability() == 90; }
+bool runs_itself(const std::string& k) {
+  return (k != "v7" && k != "v8" && k != "v9") || fa::gpu_compute_capability() == 90;
+}
 std::string expected_runs(const std::string& k, int64_t d) {
   if (!runs_itself(k)) return "v5";
   return k == "v8" && d == 64 ? "v7" : k;
@@ -90,8 +92,9 @@ TEST_CASE("05 ragged v5: N_q != N_k, causal, GQA at d = 64 and 128, fp16 and bf1
 TEST_CASE("05 ragged v6: N_q != N_k, causal, GQA at d = 64 and 128, fp16 and bf16") { check_ragged("v6"); }
 TEST_CASE("05 ragged v7: N_q != N_k, causal, GQA at d = 64 and 128, fp16 and bf16") { check_ragged("v7"); }
 TEST_CASE("05 ragged v8: N_q != N_k, causal, GQA at d = 64 and 128, fp16 and bf16") { check_ragged("v8"); }
+TEST_CASE("05 ragged v9: N_q != N_k, causal, GQA at d = 64 and 128, fp16 and bf16") { check_ragged("v9"); }
 
-// Every block shape v5 ... v8 are compiled for (the sweep's candidates), not only the default
+// Every block shape v5 ... v9 are compiled for (the sweep's candidates), not only the default
 // one, with N around 32, 64, 128 and 256.
 void check_shapes(const char* k) {
   if (!runs_itself(k)) {
@@ -173,6 +176,7 @@ TEST_CASE("05 v5: every compiled block shape, ragged and causal, bf16") { check_
 TEST_CASE("05 v6: every compiled block shape, ragged and causal, bf16") { check_shapes("v6"); }
 TEST_CASE("05 v7: every compiled block shape, ragged and causal, bf16") { check_shapes("v7"); }
 TEST_CASE("05 v8: every compiled block shape, ragged and causal, bf16") { check_shapes("v8"); }
+TEST_CASE("05 v9: every compiled block shape, ragged and causal, bf16") { check_shapes("v9"); }
 
 TEST_CASE("05 cublas (materialised baseline): conformance battery in fp32, fp16 and bf16") {
   for (fa::DType t : kDtypes) {
@@ -218,7 +222,7 @@ TEST_CASE("05: a problem a kernel cannot run is refused before the GPU runs") {
 }
 
 TEST_CASE("05: every kernel gives bit-identical results run after run (no race)") {
-  // d = 72: v1's odd layout (v2 ... v8 run v1 there); d = 64 and 128: the tensor-core kernels.
+  // d = 72: v1's odd layout (v2 ... v9 run v1 there); d = 64 and 128: the tensor-core kernels.
   for (const fa::AttnProblem& p : {fa::make_problem(2, 4, 2, 301, 257, 72, true), fa::make_problem(2, 4, 2, 301, 257, 64, true),
                                    fa::make_problem(1, 4, 1, 200, 333, 128, false)}) {
     const fa::Inputs in = fa::random_inputs(p, 11);

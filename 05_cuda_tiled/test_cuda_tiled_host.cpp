@@ -92,7 +92,7 @@ TEST_CASE("05 plan: what a kernel cannot run is refused with the flag to change"
   huge.sram_bytes = 1 << 20;  // blocks needing ~1 MiB of shared memory
   CHECK_THROWS_WITH_AS(fa05::plan("v1", fa::make_problem(1, 1, 1, 4096, 4096, 64, false), fa::DType::fp32, huge),
                        doctest::Contains("--sram-bytes"), fa05::Unsupported);
-  CHECK_THROWS_WITH_AS(fa05::plan("v9", fa::make_problem(1, 1, 1, 8, 8, 64, false), fa::DType::fp32),
+  CHECK_THROWS_WITH_AS(fa05::plan("v10", fa::make_problem(1, 1, 1, 8, 8, 64, false), fa::DType::fp32),
                        doctest::Contains("--kernel"), fa::InputError);
   CHECK_THROWS_WITH_AS(fa05::plan("v1", fa::make_problem(1, 3, 2, 8, 8, 64, false), fa::DType::fp32),
                        doctest::Contains("--kv-heads"), fa::InputError);
@@ -308,6 +308,49 @@ TEST_CASE("05 plan: v8 has v7's shapes and a second Q tile, plans tiles, takes a
   CHECK(fa05::plan("v8", fa::make_problem(1, 2, 2, 500, 500, 64, false), fa::DType::bf16, ampere).runs == "v5");
 }
 
+TEST_CASE("05 plan: v9 runs v7's shapes in v7's shared memory at d = 64 and 128; off sm_90: v5") {
+  fa05::Config hopper;
+  hopper.sm = 90;
+  for (int64_t d : {64, 128}) {
+    const std::vector<fa05::BlockShape> shapes = fa05::block_shapes("v9", d);
+    REQUIRE(shapes.size() == fa05::block_shapes("v7", d).size());
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const fa05::BlockShape sh = shapes[i];
+      INFO("d " << d << " shape " << sh.Br << "x" << sh.Bc);
+      CHECK(sh.Br == fa05::block_shapes("v7", d)[i].Br);
+      CHECK(sh.Bc == fa05::block_shapes("v7", d)[i].Bc);
+      fa05::Config cfg = hopper;
+      cfg.Br = sh.Br, cfg.Bc = sh.Bc;
+      const fa::AttnProblem p = fa::make_problem(2, 4, 2, 1000, 300, d, true);
+      const fa05::Plan pl = fa05::plan("v9", p, fa::DType::bf16, cfg);
+      CHECK(pl.runs == "v9");
+      CHECK(pl.note.empty());
+      const fa05::Plan v7 = fa05::plan("v7", p, fa::DType::bf16, cfg);
+      CHECK(pl.threads == v7.threads);
+      CHECK(pl.blocks == v7.blocks);
+      CHECK(pl.smem_bytes == v7.smem_bytes);  // the same tiles: only the order of the work changes
+      CHECK_THROWS_WITH_AS(
+          [&] {
+            fa05::Config capped = cfg;
+            capped.persistent_blocks = 2;
+            return fa05::plan("v9", p, fa::DType::bf16, capped);
+          }(),
+          doctest::Contains("--persistent-blocks"), fa05::Unsupported);
+      fa05::Config ampere = cfg;
+      ampere.sm = 80;
+      const fa05::Plan fb = fa05::plan("v9", p, fa::DType::bf16, ampere);
+      CHECK(fb.runs == "v5");
+      CHECK(fb.Br == sh.Br);
+      CHECK(fb.Bc == sh.Bc);
+    }
+    const fa05::Plan def = fa05::plan("v9", fa::make_problem(1, 2, 2, 500, 500, d, false), fa::DType::bf16, hopper);
+    CHECK(def.Br == fa05::default_shape("v9", d).Br);
+    CHECK(def.Bc == fa05::default_shape("v9", d).Bc);
+  }
+  CHECK(fa05::plan("v9", fa::make_problem(1, 1, 1, 64, 64, 64, false), fa::DType::fp32, hopper).runs == "v1");
+  CHECK(fa05::plan("v9", fa::make_problem(1, 1, 1, 64, 64, 96, false), fa::DType::bf16, hopper).runs == "v1");
+}
+
 TEST_CASE("05 plan: the cuBLAS baseline's workspace is S (float32) and P (in 16 bits)") {
   const fa::AttnProblem p = fa::make_problem(2, 8, 2, 300, 500, 64, true);
   const int64_t nxn = 2 * 8 * 300 * 500;
@@ -368,7 +411,7 @@ TEST_CASE("05 C ABI: kernels listed; bad arguments answered with a status, no GP
   CHECK(std::string(fa05_runs("v2", 80, FA05_BF16)) == "v1");
   CHECK(std::string(fa05_runs("v2", 64, FA05_FP32)) == "v1");
   CHECK(std::string(fa05_runs("cublas", 80, FA05_FP32)) == "cublas");
-  CHECK(fa05_runs("v9", 64, FA05_BF16) == nullptr);
+  CHECK(fa05_runs("v10", 64, FA05_BF16) == nullptr);
   CHECK(fa05_runs("v2", 0, FA05_BF16) == nullptr);
   int64_t bytes = -1;
   CHECK(fa05_workspace_bytes("cublas", 1, 2, 1, 10, 20, 8, FA05_BF16, 0, &bytes) == FA05_OK);
@@ -462,7 +505,7 @@ TEST_CASE("05 program: without a GPU, one line and exit code 2; bad flags are na
   }
   // Checked before the GPU is needed, GPU or not:
   const std::pair<const char*, const char*> bad[] = {
-      {"--kernel v9 --seq-q 8", "--kernel"},
+      {"--kernel v10 --seq-q 8", "--kernel"},
       {"--dtype fp8 --seq-q 8", "--dtype"},
       {"--head-dim 300 --seq-q 8", "--head-dim"},
       {"--seq-q 8 --heads 3 --kv-heads 2", "--kv-heads"},

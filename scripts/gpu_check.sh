@@ -3,7 +3,7 @@
 # build for sm_90a from this tree, run every test (the GPU battery included), SASS and register
 # report, compute-sanitizer (memcheck, racecheck, synccheck, initcheck) on small ragged problems
 # for every kernel (stage 06's GPU backwards too), stage 06 on the GPU beside the CPU, ncu on v1,
-# v2, v4, v5, v6, v7, v8, the cuBLAS baseline and the backward gpu_v2, the benchmarks (forward, then
+# v2, v4, v5, v6, v7, v8, v9, the cuBLAS baseline and the backward gpu_v2, the benchmarks (forward, then
 # backward), the side-by-side with PyTorch's SDPA backends, and the tour. Every log goes to
 # LOG_DIR; a summary table is printed last.
 #
@@ -11,7 +11,7 @@
 #     PHASES: comma-separated, default env,build,test,sass,sanitize,bwd,ncu,bench,bench_bwd,compare,tour;
 #             also (not by default) zoo (the bug zoo's GPU entries, verbose), compare_fp16 (the forward timing grid in fp16), numerics
 #             (tools/gpu_numerics.py: every kernel's and backend's error against float64), ncu_small
-#             (v7 and v8, or NCU_SMALL_KERNELS, at d = 128, N = 512 and 8192, where v7 trails
+#             (v7, v8 and v9, or NCU_SMALL_KERNELS, at d = 128, N = 512 and 8192, where v7 trails
 #             FlashAttention-2 and where it does not, and SDPA's flash at N = 512)
 #     env: BENCH_FILTER, BENCH_BWD_FILTER (--benchmark_filter regexes), COMPARE_ARGS (e.g. --quick
 #          --backward), CTEST_ARGS (e.g. -R 05), SANITIZE_KERNELS (e.g. "v6:bf16:0,1"),
@@ -98,7 +98,7 @@ if has sanitize; then
           "--batch 1 --heads 2 --kv-heads 2 --seq-q 260 --seq-k 520 --head-dim 64")
   for tool in memcheck racecheck synccheck initcheck; do
     for kd in ${SANITIZE_KERNELS:-v1:fp32:0,1,2 v1:bf16:0,1,2 v2:bf16:0,1 v2:fp16:0,1 v3:bf16:0,1,3,4 \
-      v4:bf16:0,1,3,4 v5:bf16:0,1,3,4 v5:fp16:0,1 v6:bf16:0,1,3,4 v6:fp16:0,1 v7:bf16:0,1,3,4 v7:fp16:0,1 v8:bf16:0,1,3,4 v8:fp16:0,1 cublas:fp32:0,1 cublas:bf16:0,1}; do
+      v4:bf16:0,1,3,4 v5:bf16:0,1,3,4 v5:fp16:0,1 v6:bf16:0,1,3,4 v6:fp16:0,1 v7:bf16:0,1,3,4 v7:fp16:0,1 v8:bf16:0,1,3,4 v8:fp16:0,1 v9:bf16:0,1,3,4 v9:fp16:0,1 cublas:fp32:0,1 cublas:bf16:0,1}; do
       IFS=: read -r k dt idx <<<"$kd"
       for i in ${idx//,/ }; do
         NOTE="(ERROR|RACECHECK) SUMMARY" step "san_${tool}_${k}_${dt}_$i" 300 compute-sanitizer --tool $tool --error-exitcode 9 \
@@ -158,7 +158,7 @@ if has ncu; then
     step ncu_$k 300 ncu --clock-control none --set detailed -k regex:forward_kernel -c 1 \
       $BIN/05_cuda_tiled --kernel $k --dtype bf16 --batch 4 --heads 32 --seq-q 4096 --head-dim 64 --no-check
   done
-  for k in v5 v6 v7 v8; do
+  for k in v5 v6 v7 v8 v9; do
     step ncu_${k}_d128 300 ncu --clock-control none --set detailed -k regex:forward_kernel -c 1 \
       $BIN/05_cuda_tiled --kernel $k --dtype bf16 --batch 2 --heads 16 --seq-q 8192 --head-dim 128 --no-check
   done
@@ -187,7 +187,7 @@ fi
 if has ncu_small; then
   # v7 at d = 128 where it trails FlashAttention-2 (N = 512: 4 key blocks per thread block) and
   # where it does not (N = 8192), the papers' grid (B = 16384/N, H = 16): what the short loop costs.
-  for k in ${NCU_SMALL_KERNELS:-v7 v8}; do
+  for k in ${NCU_SMALL_KERNELS:-v7 v8 v9}; do
     for n in 512 8192; do
       step ncu_${k}_d128_N$n 300 ncu --clock-control none --set detailed -k regex:forward_kernel -c 1 \
         $BIN/05_cuda_tiled --kernel $k --dtype bf16 --batch $((16384 / n)) --heads 16 --seq-q $n --head-dim 128 --no-check

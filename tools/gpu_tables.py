@@ -15,7 +15,7 @@ KINDs:
   sram:docs/results/bench_05_cuda_tiled.json        v1 across shared-memory budgets M
   versions:docs/results/compare_torch_05.json:8192  the path v1 -> v5: each version's TFLOP/s and
                                                     its ratio to SDPA flash at N = ARG, bf16
-  shape:docs/results/bench_05_cuda_tiled.json:v5    the block-shape sweep of v5 ... v8 (BM_shape)
+  shape:docs/results/bench_05_cuda_tiled.json:v5    the block-shape sweep of v5 ... v9 (BM_shape)
   bwd:docs/results/bench_06_backward_gpu.json:docs/results/compare_torch_bwd.json
                                                     stage 06's GPU backwards (their benchmark)
                                                     beside SDPA's backward (compare_torch.py
@@ -38,7 +38,7 @@ from bench_tables import rewrite_readmes  # the README walk, shared (same folder
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BLOCK = re.compile(r"(<!-- gpu:(?P<kind>\w+):(?P<src>[^ :]+)(?::(?P<arg>[^ ]+))? -->\n)(?P<body>.*?)(<!-- /gpu -->)", re.S)
-VERSIONS = ["fa05 v1", "fa05 v2", "fa05 v3", "fa05 v4", "fa05 v5", "fa05 v6", "fa05 v7", "fa05 v8"]
+VERSIONS = ["fa05 v1", "fa05 v2", "fa05 v3", "fa05 v4", "fa05 v5", "fa05 v6", "fa05 v7", "fa05 v8", "fa05 v9"]
 IMPLS = VERSIONS + ["fa05 cublas", "sdpa flash", "sdpa cudnn", "sdpa efficient", "sdpa math"]
 
 
@@ -177,7 +177,7 @@ def shape_table(src, kernel, link):
     for b in rows:
         a = args(b["name"])
         tf[(a["Br"], a["Bc"], a["d"], a["causal"], a["N"])] = b["TFLOP/s"]
-    rows_per_warp = 32 if kernel == "v6" else 16  # v5, v7, v8: 16 rows per warp
+    rows_per_warp = 32 if kernel == "v6" else 16  # v5, v7, v8, v9: 16 rows per warp
     out = ["| Br x Bc | warps | " + " | ".join(f"d={d} {'c' if c else 'nc'} N={n}" for d, c, n in cols) + " |",
            "|---|---:|" + "---:|" * len(cols)]
     for br, bc in shapes:
@@ -353,10 +353,11 @@ def numerics_table(src, _, link):
         first = next(r for r in rows if (r["case"], r["N_k"], r["d_true"], r["dtype"]) == c)
         out.append(f"| {c[0]} | {c[1]} | {c[2]} | {c[3]} | {first['input_rounding']:.1e} | "
                    + " | ".join(cell(err.get(c + (i,))) for i in impls) + " |")
+    versions = [s for s in short if s.startswith("v")]  # the stage 05 versions this JSON has
     out.append("")
     out.append(f"max |O - O64| over every element, O64 = float64 attention on the inputs as rounded to the dtype; "
-               f"input rounding: |O64(rounded inputs) - O64(fp32 inputs)|; **inf**: a NaN or inf in O. v1 ... v8, "
-               f"cublas: stage 05's kernels (a version that would fall back to another at that d is left out); flash, "
+               f"input rounding: |O64(rounded inputs) - O64(fp32 inputs)|; **inf**: a NaN or inf in O. "
+               f"{versions[0]} ... {versions[-1]}, cublas: stage 05's kernels (a version that would fall back to another at that d is left out); flash, "
                f"cudnn, efficient, math: SDPA's backends; naive16: materialised attention in PyTorch ops, every "
                f"intermediate stored in the dtype. Measured {data['date']} on an {data['device']} (PyTorch "
                f"{data['torch']}) by `scripts/gpu_check.sh` (`python3 tools/gpu_numerics.py --lib "
