@@ -91,14 +91,16 @@ if has sanitize; then
   # odd head dim.
   # Shapes 3 and 4 have more than three K/V blocks of 128 keys, so the double buffers of v3 ... v7
   # are refilled under racecheck; shape 3 (d = 128) takes stage 06's GPU backward to 32-row blocks.
+  # Shape 5: the first query block (128 rows) sees no key at all (v9 then copies nothing).
   shapes=("--batch 2 --heads 4 --kv-heads 2 --seq-q 77 --seq-k 45 --head-dim 64 --causal"
           "--batch 1 --heads 2 --kv-heads 1 --seq-q 33 --seq-k 130 --head-dim 128"
           "--batch 2 --heads 3 --kv-heads 1 --seq-q 50 --seq-k 29 --head-dim 40 --causal"
           "--batch 1 --heads 2 --kv-heads 1 --seq-q 300 --seq-k 400 --head-dim 128 --causal"
-          "--batch 1 --heads 2 --kv-heads 2 --seq-q 260 --seq-k 520 --head-dim 64")
+          "--batch 1 --heads 2 --kv-heads 2 --seq-q 260 --seq-k 520 --head-dim 64"
+          "--batch 1 --heads 2 --kv-heads 1 --seq-q 300 --seq-k 45 --head-dim 128 --causal")
   for tool in memcheck racecheck synccheck initcheck; do
     for kd in ${SANITIZE_KERNELS:-v1:fp32:0,1,2 v1:bf16:0,1,2 v2:bf16:0,1 v2:fp16:0,1 v3:bf16:0,1,3,4 \
-      v4:bf16:0,1,3,4 v5:bf16:0,1,3,4 v5:fp16:0,1 v6:bf16:0,1,3,4 v6:fp16:0,1 v7:bf16:0,1,3,4 v7:fp16:0,1 v8:bf16:0,1,3,4 v8:fp16:0,1 v9:bf16:0,1,3,4 v9:fp16:0,1 cublas:fp32:0,1 cublas:bf16:0,1}; do
+      v4:bf16:0,1,3,4 v5:bf16:0,1,3,4 v5:fp16:0,1 v6:bf16:0,1,3,4 v6:fp16:0,1 v7:bf16:0,1,3,4 v7:fp16:0,1 v8:bf16:0,1,3,4 v8:fp16:0,1 v9:bf16:0,1,3,4,5 v9:fp16:0,1 cublas:fp32:0,1 cublas:bf16:0,1}; do
       IFS=: read -r k dt idx <<<"$kd"
       for i in ${idx//,/ }; do
         NOTE="(ERROR|RACECHECK) SUMMARY" step "san_${tool}_${k}_${dt}_$i" 300 compute-sanitizer --tool $tool --error-exitcode 9 \

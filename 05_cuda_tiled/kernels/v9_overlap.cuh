@@ -84,7 +84,7 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
   // Start the copies of Q_i (line 4) and of K_0 (line 7 for j = 0); V_0 follows in iteration 0.
   const int64_t keys_needed = p.keys_seen(r0 + br - 1);  // causal: key blocks past it are skipped
   const int64_t Tc = (keys_needed + Bc - 1) / Bc;       // key blocks this query block sees
-  copy_tile_async<D, Br, kThreads>(Qi, Q + p.q_offset(b, h, r0), br);
+  if (Tc > 0) copy_tile_async<D, Br, kThreads>(Qi, Q + p.q_offset(b, h, r0), br);  // else no copy is left in flight
   if (Tc > 0) copy_tile_swizzled<D, Bc, kThreads>(Ks, K + p.kv_offset(b, h, 0), int(min(int64_t(Bc), p.N_k)));
   ptx::cp_async_commit();
 
