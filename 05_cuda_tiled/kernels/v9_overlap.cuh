@@ -14,8 +14,8 @@
 // tensor cores and the exp/FFMA units take turns; ncu found v7 issuing in only 41 % of cycles at
 // N = 8192, d = 128 (README, "Small N at d = 128"), with one block of two warpgroups per SM to hide
 // the waits. Here P V of the previous block is in flight while this block's softmax runs. The
-// price: registers (P_{j-1} in 16 bits and P_j in fp32 are both live through the softmax: 226 a
-// thread at d = 128 against v7's 207), block 0 peeled off before the loop, the last P V after it.
+// price: registers (P_{j-1} in 16 bits and P_j in fp32 are both live through the softmax: about
+// 225 a thread at d = 128 against v7's 207), block 0 peeled off before the loop, the last P V after it.
 //
 // ptxas decides whether the overlap happens: when a register an in-flight wgmma reads (its A or
 // its accumulators) is written before the wait, it serialises the wgmma and only says so in an
@@ -25,11 +25,11 @@
 // C7513).
 //
 // The online softmax invariant (FA2 Algorithm 1, lines 9-10), shifted by one block: at the start of
-// iteration j, O holds sum_{i < j-1} P_i V_i and P_{j-1} is P~ of block j-1, both relative to
-// m_{j-1}. O += P_{j-1} V_{j-1} keeps that; the softmax of S_j gives m_j and alpha = exp(m_{j-1} -
-// m_j), and O *= alpha (at the start of iteration j+1, before its P V is issued) makes O relative
-// to m_j, as P_j is. The sum l is rescaled as in v7. So the result is v7's up to the order of the floating-point products: the
-// same arithmetic, the same tile shapes.
+// iteration j, O holds sum_{k < j-1} P~_k V_k relative to m_{j-2}, and P~_{j-1} (relative to
+// m_{j-1}) waits in registers. O *= alpha_{j-1} = exp(m_{j-2} - m_{j-1}) first makes O relative
+// to m_{j-1}; then O += P~_{j-1} V_{j-1} is issued; the softmax of S_j gives m_j, alpha_j and
+// P~_j relative to m_j. The sum l is rescaled at once, as in v7. v7 does the same operations on
+// the same values in the same order (rescale O, then add P V): only when they are issued changes.
 //
 // Copies: at iteration j, K_{j+1} and V_j are copied (V one block behind K, since P V is). Both
 // were issued one iteration before they are needed, as in v7; two buffers each still suffice:
