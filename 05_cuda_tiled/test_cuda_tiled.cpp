@@ -172,6 +172,36 @@ TEST_CASE("05 v8: the same bits at every grid cap; walks through tiles with no k
     }
 }
 
+// v9 does v7's operations on the same values in the same order (rescale O, then add P V; the
+// same softmax); only when each is issued changes. So at the same block shape it must give v7's
+// bits exactly, a far stricter check of its one-block-late pipeline (which V buffer, which alpha,
+// the last P V, the waits) than the battery's tolerance. Ragged, causal with query blocks that
+// see no key, GQA, and N = 1000 for many key blocks; every shape, fp16 and bf16, three repeats.
+// (Added on 2026-11-30 after a review; first run in the next gpu_check.)
+TEST_CASE("05 v9: the same bits as v7 at every shape (ragged, causal, GQA)") {
+  if (!runs_itself("v9")) {
+    MESSAGE("v9 runs v5 on this GPU");
+    return;
+  }
+  for (int64_t d : {64, 128})
+    for (const fa::AttnProblem& p : {fa::make_problem(2, 4, 2, 200, 63, d, true), fa::make_problem(1, 4, 2, 63, 200, d, false),
+                                     fa::make_problem(1, 2, 1, 1000, 1000, d, true), fa::make_problem(1, 2, 2, 257, 1000, d, false)}) {
+      const fa::Inputs in = fa::random_inputs(p, 33);
+      for (const fa05::BlockShape& sh : fa05::block_shapes("v9", d))
+        for (fa::DType t : {fa::DType::fp16, fa::DType::bf16}) {
+          INFO(p.describe() << ", shape " << sh.Br << "x" << sh.Bc << ", " << std::string(fa::dtype_name(t)));
+          fa05::Config cfg;
+          cfg.Br = sh.Br, cfg.Bc = sh.Bc;
+          const fa::ForwardRun ref = fa::run_forward(stage_05_forward("v7", t, cfg), in);
+          for (int rep = 0; rep < 3; ++rep) {
+            const fa::ForwardRun r = fa::run_forward(stage_05_forward("v9", t, cfg), in);
+            CHECK(fa::same_bits(r.O, ref.O));
+            CHECK(fa::same_bits(r.LSE, ref.LSE));
+          }
+        }
+    }
+}
+
 TEST_CASE("05 v5: every compiled block shape, ragged and causal, bf16") { check_shapes("v5"); }
 TEST_CASE("05 v6: every compiled block shape, ragged and causal, bf16") { check_shapes("v6"); }
 TEST_CASE("05 v7: every compiled block shape, ragged and causal, bf16") { check_shapes("v7"); }
