@@ -1,7 +1,8 @@
 // v9: v7 with the softmax overlapped with the tensor cores' work (FlashAttention-3, Shah et al. 2024,
 // Section 3.2, "intra-warpgroup overlapping of GEMMs and softmax"). Read it beside v7_wgmma.cuh:
-// the block shapes, the copies, both products and the softmax arithmetic are v7's; what changes
-// is the order in which a warpgroup issues them.
+// the tile layouts, the copy helpers, both products and the softmax arithmetic are v7's; what
+// changes is the order in which a warpgroup issues them (and with it when V_j is copied). The
+// steps are small lambdas so that block 0, the loop and the last P V share them.
 //
 //   v7, block j                                     v9, iteration j
 //   S_j = Q K_j^T, wait                             rescale O by alpha_{j-1}; issue S_j = Q K_j^T,
@@ -17,8 +18,9 @@
 // price: registers (P_{j-1} in 16 bits and P_j in fp32 are both live through the softmax: about
 // 225 a thread at d = 128 against v7's 207), block 0 peeled off before the loop, the last P V after it.
 //
-// ptxas decides whether the overlap happens: when a register an in-flight wgmma reads (its A or
-// its accumulators) is written before the wait, it serialises the wgmma and only says so in an
+// ptxas decides whether the overlap happens: when, between a wgmma's wgmma.fence and the wait
+// that ends it, another instruction writes a register the wgmma reads (its A or its
+// accumulators) or reads its accumulators, it serialises the wgmma and only says so in an
 // info message (C7513/C7514 in the -v output; gpu_check.sh keeps them in ptxas.txt). So O is
 // rescaled before the fence, not between the two issues, and P_j is packed into a only after the
 // P V that reads a has finished (packing into a second array and copying it over a also drew
