@@ -137,7 +137,10 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
           s[n][e] = expf(s[n][e] - m_use);  // S becomes P~ in place
           rowsum += s[n][e];
         }
-      l[r] = alpha * l[r] + rowsum;
+      // fmaf, one rounding, written out: nvcc (-fmad=true, its default) may or may not fuse a
+      // written a * b + c, depending on the code around it, and so differ between kernels that do
+      // the same arithmetic (v9's bit-identity test against v7 caught that in LSE).
+      l[r] = fmaf(alpha, l[r], rowsum);
       if (FA_BUG(FP16_ROWSUM, false, true)) l[r] = __half2float(__float2half(l[r]));  // l kept in fp16
       m[r] = m_new;
       for (int n = 0; n < D / 8; ++n) o[n][2 * r] *= alpha, o[n][2 * r + 1] *= alpha;  // line 10, first half

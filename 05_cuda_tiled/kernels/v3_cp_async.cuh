@@ -152,7 +152,7 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
           s[n][e] = expf(s[n][e] - m_use);  // S becomes P~ in place
           rowsum += s[n][e];
         }
-      l[r] = alpha * l[r] + rowsum;
+      l[r] = fmaf(alpha, l[r], rowsum);
       m[r] = m_new;
       for (int n = 0; n < D / 8; ++n) o[n][2 * r] *= alpha, o[n][2 * r + 1] *= alpha;  // line 10, first half
     }

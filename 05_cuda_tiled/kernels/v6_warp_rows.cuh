@@ -150,7 +150,7 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
             s[mt][n][e] = ptx::ex2(fmaf(s[mt][n][e], c, -m2_use));  // S becomes P~ in place
             rowsum += s[mt][n][e];
           }
-        l[mt][r] = alpha * l[mt][r] + rowsum;
+        l[mt][r] = fmaf(alpha, l[mt][r], rowsum);
         m2[mt][r] = m2_new;
         for (int n = 0; n < D / 8; ++n) o[mt][n][2 * r] *= alpha, o[mt][n][2 * r + 1] *= alpha;  // line 10
       }
@@ -189,7 +189,7 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
         *reinterpret_cast<uint32_t*>(out + n * 8 + 2 * t4) =
             ptx::pack2<T>(o[mt][n][2 * r] * inv, o[mt][n][2 * r + 1] * inv);
       if (t4 == 0)
-        LSE[p.lse_offset(b, h, i)] = l[mt][r] == 0.f ? neg_inf : m2[mt][r] * 0.6931471805599453f + logf(l[mt][r]);
+        LSE[p.lse_offset(b, h, i)] = l[mt][r] == 0.f ? neg_inf : fmaf(m2[mt][r], 0.6931471805599453f, logf(l[mt][r]));
     }
 }
 

@@ -193,7 +193,7 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
           s[n][e] = ptx::ex2(fmaf(s[n][e], c, -m2_use));  // S becomes P~ in place: FFMA + MUFU.EX2
           rowsum += s[n][e];
         }
-      l[r] = alpha * l[r] + rowsum;
+      l[r] = fmaf(alpha, l[r], rowsum);
       m2[r] = m2_new;
       for (int n = 0; n < D / 8; ++n) o[n][2 * r] *= alpha, o[n][2 * r + 1] *= alpha;  // line 10, first half
     }
@@ -229,7 +229,7 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
     T* out = O + p.q_offset(b, h, i);
     for (int n = 0; n < D / 8; ++n)
       *reinterpret_cast<uint32_t*>(out + n * 8 + 2 * t4) = ptx::pack2<T>(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
-    if (t4 == 0) LSE[p.lse_offset(b, h, i)] = l[r] == 0.f ? neg_inf : m2[r] * 0.6931471805599453f + logf(l[r]);
+    if (t4 == 0) LSE[p.lse_offset(b, h, i)] = l[r] == 0.f ? neg_inf : fmaf(m2[r], 0.6931471805599453f, logf(l[r]));
   }
 }
 
