@@ -26,6 +26,7 @@
 #include "kernels/v7_wgmma.cuh"
 #include "kernels/v8_persistent.cuh"
 #include "kernels/v9_overlap.cuh"
+#include "kernels/v10_scheduler.cuh"
 #include "runner.hpp"
 
 namespace fa05 {
@@ -58,6 +59,9 @@ const std::vector<KernelInfo>& kernels() {
        true, 256},
       {"v9", "kernels/v9_overlap.cuh",
        "v7 + the softmax of block j overlapped with the tensor cores' P V of block j-1 (FA3's intra-warpgroup pipelining)",
+       true, 256},
+      {"v10", "kernels/v10_scheduler.cuh",
+       "v9 in persistent blocks that take tiles from an atomic counter, copying the next tile's Q, K during the last block",
        true, 256},
       {"cublas", "kernels/baseline_cublas.cuh",
        "materialised baseline: cuBLAS S = QK^T, softmax kernel, cuBLAS O = PV; S, P in HBM",
@@ -193,6 +197,8 @@ using V6Shapes = std::tuple<Shape<4, 32>, Shape<4, 64, 64>, Shape<8, 32>, Shape<
 // v7: whole warpgroups (4 warps) and whole 64-key wgmma tiles; each is also a v5 shape, which is
 // what v7 falls back to off Hopper.
 using V7Shapes = std::tuple<Shape<4, 64>, Shape<4, 128>, Shape<8, 64>, Shape<8, 128>>;
+// v10: v9's two winners (two warpgroups, README v9), the only shapes its sweep runs.
+using V10Shapes = std::tuple<Shape<8, 64>, Shape<8, 128>>;
 
 // Each shaped version: its kernel for (T, D, warps, Bc) and its rows per warp.
 struct V5 {
@@ -231,6 +237,13 @@ struct V9 {  // v7's shapes and shared memory
   static auto kernel() { return v9::forward_kernel<T, D, W, C>; }
   static int64_t smem(int64_t d, int64_t warps, int64_t Bc) { return v9::smem_bytes(int(d), int(warps), int(Bc)); }
 };
+struct V10 {  // v9's two-warpgroup shapes, with a second Q tile in shared memory (v8's)
+  static constexpr int rows_per_warp = 16;
+  using Shapes = V10Shapes;
+  template <class T, int D, int W, int C>
+  static auto kernel() { return v10::forward_kernel<T, D, W, C>; }
+  static int64_t smem(int64_t d, int64_t warps, int64_t Bc) { return v10::smem_bytes(int(d), int(warps), int(Bc)); }
+};
 
 // Ver's shapes at head dim d, as (Br, Bc).
 template <class Ver, class... S>
@@ -244,17 +257,18 @@ std::vector<BlockShape> shape_list(int64_t d) {
   return shape_list<Ver>(d, static_cast<typename Ver::Shapes*>(nullptr));
 }
 
-// Launches a tensor-core kernel (v2 ... v7) for the dtype and head dim of the problem:
-// make(T, D) returns the kernel function for T = __half/__nv_bfloat16, D = 64/128.
-template <class Make>
+// Launches a tensor-core kernel (v2 ... v10) for the dtype and head dim of the problem:
+// make(T, D) returns the kernel function for T = __half/__nv_bfloat16, D = 64/128; extra...
+// follow the common arguments (v10: its tile counter).
+template <class Make, class... Extra>
 void tc_launch(const fa::AttnProblem& p, fa::DType dtype, const void* Q, const void* K, const void* V,
-               void* O, float* LSE, const Plan& pl, cudaStream_t stream, Make make) {
+               void* O, float* LSE, const Plan& pl, cudaStream_t stream, Make make, Extra... extra) {
   auto launch = [&](auto tag, auto d_tag) {
     using T = decltype(tag);
     auto* kernel_fn = make(tag, d_tag);
     set_smem(kernel_fn, pl.smem_bytes);
     int64_t grid = pl.blocks;
-    if (pl.runs == "v8") {  // persistent: as many blocks as stay resident at once, each walks tiles
+    if (pl.runs == "v8" || pl.runs == "v10") {  // persistent: as many blocks as stay resident at once, each walks tiles
       int dev = 0, sms = 0, per_sm = 0;
       FA_CUDA_CHECK(cudaGetDevice(&dev));
       FA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -264,7 +278,7 @@ void tc_launch(const fa::AttnProblem& p, fa::DType dtype, const void* Q, const v
     }
     kernel_fn<<<unsigned(grid), unsigned(pl.threads), size_t(pl.smem_bytes), stream>>>(
         static_cast<const T*>(Q), static_cast<const T*>(K), static_cast<const T*>(V), static_cast<T*>(O),
-        LSE, p, p.resolved_scale(), ceil_div(p.N_q, pl.Br));
+        LSE, p, p.resolved_scale(), ceil_div(p.N_q, pl.Br), extra...);
     FA_CUDA_CHECK(cudaGetLastError());
   };
   using D64 = std::integral_constant<int, 64>;
@@ -312,8 +326,17 @@ void tc_forward(const fa::AttnProblem& p, fa::DType dtype, const void* Q, const 
     found = dispatch_shape<V7>(pl, p.d, go);
   else if (pl.runs == "v8")
     found = dispatch_shape<V8>(pl, p.d, go);
-  else
+  else if (pl.runs == "v9")
     found = dispatch_shape<V9>(pl, p.d, go);
+  else {
+    // v10's tile scheduler: one counter, zeroed on the stream before the launch, freed after it
+    // (stream-ordered, so concurrent calls on other streams each have their own).
+    fa::DeviceBuffer<unsigned> counter(1, fa::Mem::Extra, stream);
+    FA_CUDA_CHECK(cudaMemsetAsync(counter.get(), 0, sizeof(unsigned), stream));
+    found = dispatch_shape<V10>(pl, p.d, [&](auto make) {
+      tc_launch(p, dtype, Q, K, V, O, LSE, pl, stream, make, counter.get());
+    });
+  }
   if (!found)  // plan() checked the shape: unreachable unless the two disagree
     throw Unsupported("--block-q/--block-k", "a compiled shape", std::to_string(pl.Br) + "x" + std::to_string(pl.Bc));
 }
@@ -326,6 +349,7 @@ std::vector<BlockShape> block_shapes(const std::string& kernel, int64_t d) {
   if (kernel == "v7") return shape_list<V7>(d);
   if (kernel == "v8") return shape_list<V8>(d);
   if (kernel == "v9") return shape_list<V9>(d);
+  if (kernel == "v10") return shape_list<V10>(d);
   return {};
 }
 
@@ -348,6 +372,8 @@ BlockShape default_shape(const std::string& kernel, int64_t d) {
   // chose 128 x 64 at d = 64, fastest in all 8 columns (314 against 276 for v9 at v7's 64 x 128, at
   // N = 8192, not causal): with two warpgroups a block, one's softmax also overlaps the other's products.
   if (kernel == "v9") return d <= 64 ? BlockShape{128, 64} : BlockShape{128, 128};
+  // v10: v9's (a guess: its own sweep is in the README).
+  if (kernel == "v10") return default_shape("v9", d);
   return {0, 0};
 }
 
@@ -360,12 +386,12 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
   Plan pl;
   pl.runs = kernel;
   const bool tensor_cores = kernel == "v2" || kernel == "v3" || kernel == "v4" || kernel == "v5" || kernel == "v6" ||
-                            kernel == "v7" || kernel == "v8" || kernel == "v9";
+                            kernel == "v7" || kernel == "v8" || kernel == "v9" || kernel == "v10";
   if (tensor_cores && (dtype == fa::DType::fp32 || (p.d != 64 && p.d != 128))) {
     pl.runs = "v1";
     pl.note = kernel + " runs fp16/bf16 at d = 64 or 128 (tensor cores); ran v1 for " +
               fa::dtype_name(dtype) + " at d = " + std::to_string(p.d);
-  } else if (kernel == "v7" || kernel == "v8" || kernel == "v9") {
+  } else if (kernel == "v7" || kernel == "v8" || kernel == "v9" || kernel == "v10") {
     const int sm = cfg.sm > 0 ? cfg.sm : fa::gpu_compute_capability();
 #if FA05_HAVE_SM90A
     constexpr bool built = true;
@@ -373,7 +399,7 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
     constexpr bool built = false;  // v7's kernels are compiled only into sm_90a code
 #endif
     if (!built || (sm > 0 && sm != 90)) {
-      pl.runs = "v5";  // every v7 (v8, v9) shape is a v5 shape (V7Shapes)
+      pl.runs = "v5";  // every v7 (v8, v9, v10) shape is a v5 shape (V7Shapes)
       pl.note = !built ? kernel + " needs a build for sm_90a (wgmma); this one has none: ran v5"
                        : kernel + " runs on sm_90 only (wgmma); ran v5 on this sm_" + std::to_string(sm) + " GPU";
     } else if (kernel == "v8" && p.d == 64) {
@@ -381,19 +407,24 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
       // v8's second Q tile leaves room for two; v8 ran 17 % slower there. v7 runs instead.
       pl.runs = "v7";
       pl.note = "v8 runs d = 128 only (at d = 64 its second Q tile costs v7's third block per SM): ran v7";
+    } else if (kernel == "v10" && p.d == 64) {
+      // Measured on the H200 (README, v10): at d = 64 its tile bookkeeping took v9's 127 registers
+      // to 135, one block per SM instead of two, 30 % slower. v9 runs instead.
+      pl.runs = "v9";
+      pl.note = "v10 runs d = 128 only (at d = 64 its registers cost v9's second block per SM): ran v9";
     }
-    if (kernel == "v8" && pl.runs != "v8" && cfg.persistent_blocks > 0)
+    if ((kernel == "v8" || kernel == "v10") && pl.runs != kernel && cfg.persistent_blocks > 0)
       pl.note += "; --persistent-blocks does not apply to " + pl.runs;
   }
   // The knobs mean nothing to the other kernels: refuse them rather than ignore them. v1 takes
   // all three; v5, v6 and v7 take a block shape they are compiled for (--block-q, --block-k).
   const bool runs_shaped =
-      pl.runs == "v5" || pl.runs == "v6" || pl.runs == "v7" || pl.runs == "v8" || pl.runs == "v9";
-  if (cfg.persistent_blocks > 0 && kernel != "v8")  // v8 that falls back to v5 ignores it
-    throw Unsupported("--persistent-blocks", "only with v8", "kernel " + kernel);
+      pl.runs == "v5" || pl.runs == "v6" || pl.runs == "v7" || pl.runs == "v8" || pl.runs == "v9" || pl.runs == "v10";
+  if (cfg.persistent_blocks > 0 && kernel != "v8" && kernel != "v10")  // v8 or v10 that falls back ignores it
+    throw Unsupported("--persistent-blocks", "only with v8 or v10", "kernel " + kernel);
   if (pl.runs != "v1" && (cfg.sram_bytes > 0 || ((cfg.Br > 0 || cfg.Bc > 0) && !runs_shaped)))
     throw Unsupported(runs_shaped ? "--sram-bytes" : "--sram-bytes/--block-q/--block-k",
-                      runs_shaped ? "only with v1 (" + kernel + " takes --block-q/--block-k)" : "only with v1, v5 ... v9",
+                      runs_shaped ? "only with v1 (" + kernel + " takes --block-q/--block-k)" : "only with v1, v5 ... v10",
                       "kernel " + kernel + ", which runs " + pl.runs + " here");
   if (pl.runs == "v2" || pl.runs == "v3" || pl.runs == "v4") {
     pl.Br = 64, pl.Bc = 64;  // v2::Br, v2::Bc; v3 and v4 keep them
@@ -410,7 +441,8 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
              : pl.runs == "v6" ? V6::smem(p.d, warps, Bc)
              : pl.runs == "v7" ? V7::smem(p.d, warps, Bc)
              : pl.runs == "v8" ? V8::smem(p.d, warps, Bc)
-                               : V9::smem(p.d, warps, Bc);
+             : pl.runs == "v9" ? V9::smem(p.d, warps, Bc)
+                               : V10::smem(p.d, warps, Bc);
     };
     const BlockShape def = default_shape(kernel, p.d);  // v7/v8 -> v5 keeps their shape
     pl.Br = cfg.Br > 0 ? cfg.Br : def.Br;
@@ -446,7 +478,8 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
     pl.threads = 32 * warps;
     pl.smem_bytes = smem(pl.Br, pl.Bc);
     pl.blocks = p.B * p.H * ceil_div(p.N_q, pl.Br);
-    if (pl.runs == "v8") pl.persistent_blocks = cfg.persistent_blocks;
+    if (pl.runs == "v8" || pl.runs == "v10") pl.persistent_blocks = cfg.persistent_blocks;
+    if (pl.runs == "v10") pl.workspace_bytes = int64_t(sizeof(unsigned));  // the tile counter
   } else if (pl.runs == "v1") {
     v1_blocks(p, cfg, pl.Br, pl.Bc);
     pl.threads = v1::kThreads;

@@ -92,7 +92,7 @@ TEST_CASE("05 plan: what a kernel cannot run is refused with the flag to change"
   huge.sram_bytes = 1 << 20;  // blocks needing ~1 MiB of shared memory
   CHECK_THROWS_WITH_AS(fa05::plan("v1", fa::make_problem(1, 1, 1, 4096, 4096, 64, false), fa::DType::fp32, huge),
                        doctest::Contains("--sram-bytes"), fa05::Unsupported);
-  CHECK_THROWS_WITH_AS(fa05::plan("v10", fa::make_problem(1, 1, 1, 8, 8, 64, false), fa::DType::fp32),
+  CHECK_THROWS_WITH_AS(fa05::plan("v11", fa::make_problem(1, 1, 1, 8, 8, 64, false), fa::DType::fp32),
                        doctest::Contains("--kernel"), fa::InputError);
   CHECK_THROWS_WITH_AS(fa05::plan("v1", fa::make_problem(1, 3, 2, 8, 8, 64, false), fa::DType::fp32),
                        doctest::Contains("--kv-heads"), fa::InputError);
@@ -351,6 +351,76 @@ TEST_CASE("05 plan: v9 runs v7's shapes in v7's shared memory at d = 64 and 128;
   CHECK(fa05::plan("v9", fa::make_problem(1, 1, 1, 64, 64, 96, false), fa::DType::bf16, hopper).runs == "v1");
 }
 
+TEST_CASE("05 plan: v10 runs v9's two-warpgroup shapes with v8's second Q tile, a 4-byte counter, any grid cap; d = 64: v9; off sm_90: v5") {
+  fa05::Config hopper;
+  hopper.sm = 90;
+  for (int64_t d : {128}) {
+    const std::vector<fa05::BlockShape> shapes = fa05::block_shapes("v10", d);
+    REQUIRE(shapes.size() == 2);
+    for (const fa05::BlockShape& sh : shapes) {
+      INFO("d " << d << " shape " << sh.Br << "x" << sh.Bc);
+      CHECK(sh.Br == 128);  // two warpgroups
+      fa05::Config cfg = hopper;
+      cfg.Br = sh.Br, cfg.Bc = sh.Bc, cfg.persistent_blocks = 3;
+      const fa::AttnProblem p = fa::make_problem(2, 4, 2, 1000, 300, d, true);
+      const fa05::Plan pl = fa05::plan("v10", p, fa::DType::bf16, cfg);
+      CHECK(pl.runs == "v10");
+      CHECK(pl.note.empty());
+      CHECK(pl.persistent_blocks == 3);
+      CHECK(pl.workspace_bytes == 4);  // the tile counter
+      fa05::Config uncapped = cfg;
+      uncapped.persistent_blocks = 0;
+      const fa05::Plan v8 = fa05::plan("v8", p, fa::DType::bf16, uncapped);
+      const fa05::Plan v9 = fa05::plan("v9", p, fa::DType::bf16, uncapped);
+      CHECK(pl.threads == v9.threads);
+      CHECK(pl.blocks == v9.blocks);  // the tiles; the launch runs fewer blocks
+      CHECK(pl.smem_bytes == v9.smem_bytes + sh.Br * (d + 8) * 2);  // a second Q_i tile, as v8
+      if (d == 128) CHECK(pl.smem_bytes == v8.smem_bytes);
+      CHECK(v9.workspace_bytes == 0);
+      CHECK(pl.smem_bytes <= fa05::kMaxSmemSm90);
+      fa05::Config ampere = cfg;
+      ampere.sm = 80;
+      const fa05::Plan fb = fa05::plan("v10", p, fa::DType::bf16, ampere);
+      CHECK(fb.runs == "v5");
+      CHECK(fb.Br == sh.Br);
+      CHECK(fb.Bc == sh.Bc);
+      CHECK(fb.persistent_blocks == 0);
+      CHECK(fb.workspace_bytes == 0);
+      CHECK(fb.note.find("v10 runs on sm_90 only") != std::string::npos);
+      CHECK(fb.note.find("--persistent-blocks does not apply") != std::string::npos);
+    }
+    // Shapes v9 has and v10 does not are refused, naming v10's.
+    fa05::Config one_wg = hopper;
+    one_wg.Br = 64, one_wg.Bc = 128;
+    CHECK_THROWS_WITH_AS(fa05::plan("v10", fa::make_problem(1, 2, 2, 500, 500, d, false), fa::DType::bf16, one_wg),
+                         doctest::Contains("128x64, 128x128"), fa05::Unsupported);
+    const fa05::Plan def = fa05::plan("v10", fa::make_problem(1, 2, 2, 500, 500, d, false), fa::DType::bf16, hopper);
+    CHECK(def.Br == fa05::default_shape("v9", d).Br);
+    CHECK(def.Bc == fa05::default_shape("v9", d).Bc);
+    CHECK(def.persistent_blocks == 0);
+  }
+  // d = 64: v9, at v10's shapes (v9's too), a cap ignored and said so; off sm_90 v5
+  for (const fa05::BlockShape& sh : fa05::block_shapes("v10", 64)) {
+    fa05::Config capped = hopper;
+    capped.Br = sh.Br, capped.Bc = sh.Bc, capped.persistent_blocks = 4;
+    const fa::AttnProblem p64 = fa::make_problem(1, 2, 2, 500, 500, 64, false);
+    const fa05::Plan d64 = fa05::plan("v10", p64, fa::DType::bf16, capped);
+    CHECK(d64.runs == "v9");
+    CHECK(d64.note.find("d = 128 only") != std::string::npos);
+    CHECK(d64.note.find("--persistent-blocks does not apply") != std::string::npos);
+    CHECK(d64.persistent_blocks == 0);
+    CHECK(d64.workspace_bytes == 0);
+    fa05::Config v9cfg = capped;
+    v9cfg.persistent_blocks = 0;
+    CHECK(d64.smem_bytes == fa05::plan("v9", p64, fa::DType::bf16, v9cfg).smem_bytes);
+    fa05::Config ampere = capped;
+    ampere.sm = 80;
+    CHECK(fa05::plan("v10", p64, fa::DType::bf16, ampere).runs == "v5");
+  }
+  CHECK(fa05::plan("v10", fa::make_problem(1, 1, 1, 64, 64, 64, false), fa::DType::fp32, hopper).runs == "v1");
+  CHECK(fa05::plan("v10", fa::make_problem(1, 1, 1, 64, 64, 96, false), fa::DType::bf16, hopper).runs == "v1");
+}
+
 TEST_CASE("05 plan: the cuBLAS baseline's workspace is S (float32) and P (in 16 bits)") {
   const fa::AttnProblem p = fa::make_problem(2, 8, 2, 300, 500, 64, true);
   const int64_t nxn = 2 * 8 * 300 * 500;
@@ -411,7 +481,7 @@ TEST_CASE("05 C ABI: kernels listed; bad arguments answered with a status, no GP
   CHECK(std::string(fa05_runs("v2", 80, FA05_BF16)) == "v1");
   CHECK(std::string(fa05_runs("v2", 64, FA05_FP32)) == "v1");
   CHECK(std::string(fa05_runs("cublas", 80, FA05_FP32)) == "cublas");
-  CHECK(fa05_runs("v10", 64, FA05_BF16) == nullptr);
+  CHECK(fa05_runs("v11", 64, FA05_BF16) == nullptr);
   CHECK(fa05_runs("v2", 0, FA05_BF16) == nullptr);
   int64_t bytes = -1;
   CHECK(fa05_workspace_bytes("cublas", 1, 2, 1, 10, 20, 8, FA05_BF16, 0, &bytes) == FA05_OK);
@@ -505,7 +575,7 @@ TEST_CASE("05 program: without a GPU, one line and exit code 2; bad flags are na
   }
   // Checked before the GPU is needed, GPU or not:
   const std::pair<const char*, const char*> bad[] = {
-      {"--kernel v10 --seq-q 8", "--kernel"},
+      {"--kernel v11 --seq-q 8", "--kernel"},
       {"--dtype fp8 --seq-q 8", "--dtype"},
       {"--head-dim 300 --seq-q 8", "--head-dim"},
       {"--seq-q 8 --heads 3 --kv-heads 2", "--kv-heads"},

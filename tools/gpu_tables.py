@@ -38,7 +38,7 @@ from bench_tables import rewrite_readmes  # the README walk, shared (same folder
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BLOCK = re.compile(r"(<!-- gpu:(?P<kind>\w+):(?P<src>[^ :]+)(?::(?P<arg>[^ ]+))? -->\n)(?P<body>.*?)(<!-- /gpu -->)", re.S)
-VERSIONS = ["fa05 v1", "fa05 v2", "fa05 v3", "fa05 v4", "fa05 v5", "fa05 v6", "fa05 v7", "fa05 v8", "fa05 v9"]
+VERSIONS = ["fa05 v1", "fa05 v2", "fa05 v3", "fa05 v4", "fa05 v5", "fa05 v6", "fa05 v7", "fa05 v8", "fa05 v9", "fa05 v10"]
 IMPLS = VERSIONS + ["fa05 cublas", "sdpa flash", "sdpa cudnn", "sdpa efficient", "sdpa math"]
 
 
@@ -71,7 +71,11 @@ def compare_table(src, dtype, link):
             line += f" {v2['tflops'] / fl['tflops']:.2f} |" if v2 and fl and v2["tflops"] and fl["tflops"] else " - |"
         out.append(line)
     out.append("")
-    out.append(f"TFLOP/s (forward, 4·B·H·N²·d, halved for causal), median of CUDA-event times, {dtype}, "
+    # JSONs from before 2026-11-30 have no launches_per_event: one launch per event pair.
+    method = ("median of CUDA-event times" if data.get("launches_per_event", 1) == 1 else
+              "median of CUDA-event times over back-to-back launches (`--launches "
+              f"{data['launches_per_event']}`; 0: about 5 ms of them)")
+    out.append(f"TFLOP/s (forward, 4·B·H·N²·d, halved for causal), {method}, {dtype}, "
                f"measured {data['date']} on an {data['device']} (PyTorch {data['torch']}, CUDA {data['cuda']}, "
                f"cuDNN {data['cudnn']}) by `scripts/gpu_check.sh` (`python3 tools/compare_torch.py --lib "
                f"build-gpu/05_cuda_tiled/libfa05.so --json ...`); `-`: the backend refuses the dtype, or its S and P "
