@@ -15,7 +15,8 @@ it PyTorch tensors' device pointers, so our kernels and SDPA's backends read the
 2. Timing: the FlashAttention papers' grid (B*N = 16384 tokens, H = 2048/d, N from 512 to 16384,
    d 64 and 128, causal and not), each of our kernels and each SDPA backend (flash, cuDNN,
    efficient, math), timed alternately in this process with CUDA events: warm-up, then the median
-   of several launches. TFLOP/s by the FlashAttention convention: 4*B*H*N_q*N_k*d, halved for
+   of several samples, each a run of back-to-back launches between two events (time_ms() says
+   why; --launches 1 for one launch per pair). TFLOP/s by the FlashAttention convention: 4*B*H*N_q*N_k*d, halved for
    causal. A backend that refuses a problem (flash and cuDNN take no fp32) is reported as such.
 
 3. With --backward: the same grid in bf16, SDPA's backward alone (flash, cuDNN, efficient): the
@@ -214,20 +215,32 @@ def checks(fa, device, log):
     return ok
 
 
+LAUNCHES = 0  # launches per CUDA-event pair (main() sets it from --launches); 0: auto
+
+
 def time_ms(fn, reps):
-    """Median milliseconds of fn() over `reps` launches, each between two CUDA events."""
+    """Median milliseconds per launch of fn() over `reps` samples. A sample is LAUNCHES back-to-back
+    launches between two CUDA events, divided by their number: the host's cost per call (Python,
+    ctypes, PyTorch's dispatcher, a plan) then runs while the launch before it computes, instead of
+    being timed as GPU time, as it is when one launch sits between two events and is short (at
+    N = 512 it is a few percent of a launch, and differs between the implementations compared).
+    LAUNCHES = 0: as many as fill about 5 ms (1 to 20), from one launch timed alone. LAUNCHES = 1:
+    one launch per pair, this tool's method before 2026-11-30."""
     for _ in range(2):
         fn()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
+
+    def sample(n):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
-        fn()
+        for _ in range(n):
+            fn()
         b.record()
         b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
+        return a.elapsed_time(b) / n
+
+    n = LAUNCHES if LAUNCHES > 0 else max(1, min(20, round(5.0 / sample(1))))
+    return statistics.median(sample(n) for _ in range(reps))
 
 
 def timing(fa, device, quick, log, dtypes=("bf16", "fp32")):
@@ -317,7 +330,12 @@ def main():
     ap.add_argument("--no-timing", action="store_true")
     ap.add_argument("--backward", action="store_true", help="also time SDPA's backward (bf16)")
     ap.add_argument("--dtypes", default="bf16,fp32", help="the forward timing's dtypes (default bf16,fp32)")
+    ap.add_argument("--launches", type=int, default=0,
+                    help="back-to-back launches per CUDA-event pair (default 0: about 5 ms of them, 1 to 20; "
+                         "1: one launch per pair, the method before 2026-11-30)")
     args = ap.parse_args()
+    global LAUNCHES
+    LAUNCHES = args.launches
     gpu = open_gpu("compare_torch", args.lib)
     if gpu is None:
         return 2
@@ -340,7 +358,8 @@ def main():
         with open(args.json, "w") as f:
             json.dump({"device": props.name, "torch": torch.__version__, "cuda": torch.version.cuda,
                        "cudnn": torch.backends.cudnn.version(), "date": time.strftime("%Y-%m-%d"),
-                       "host": platform.node(), "checks_pass": ok, "rows": rows}, f, indent=1)
+                       "host": platform.node(), "launches_per_event": args.launches, "checks_pass": ok,
+                       "rows": rows}, f, indent=1)
     return 0 if ok else 1
 
 
