@@ -15,7 +15,7 @@ KINDs:
   sram:docs/results/bench_05_cuda_tiled.json        v1 across shared-memory budgets M
   versions:docs/results/compare_torch_05.json:8192  the path v1 -> v5: each version's TFLOP/s and
                                                     its ratio to SDPA flash at N = ARG, bf16
-  shape:docs/results/bench_05_cuda_tiled.json:v5    the block-shape sweep of v5 ... v9 (BM_shape)
+  shape:docs/results/bench_05_cuda_tiled.json:v5    the block-shape sweep of v5 ... v10 (BM_shape)
   bwd:docs/results/bench_06_backward_gpu.json:docs/results/compare_torch_bwd.json
                                                     stage 06's GPU backwards (their benchmark)
                                                     beside SDPA's backward (compare_torch.py
@@ -181,7 +181,7 @@ def shape_table(src, kernel, link):
     for b in rows:
         a = args(b["name"])
         tf[(a["Br"], a["Bc"], a["d"], a["causal"], a["N"])] = b["TFLOP/s"]
-    rows_per_warp = 32 if kernel == "v6" else 16  # v5, v7, v8, v9: 16 rows per warp
+    rows_per_warp = 32 if kernel == "v6" else 16  # v5, v7 ... v10: 16 rows per warp
     out = ["| Br x Bc | warps | " + " | ".join(f"d={d} {'c' if c else 'nc'} N={n}" for d, c, n in cols) + " |",
            "|---|---:|" + "---:|" * len(cols)]
     for br, bc in shapes:
