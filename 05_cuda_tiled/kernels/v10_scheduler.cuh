@@ -31,8 +31,9 @@
 //
 // Compiles for what v9 does (T = __half or __nv_bfloat16, D = 64 or 128, kWarps a multiple of 4,
 // Bc = 64 or 128), but the runner launches it at D = 128 only: at D = 64, 128 x 64, v9 needs 127
-// registers and fits two blocks on an SM; v10's tile bookkeeping takes 135, one block fits, and it
-// ran 30 % slower (measured; asking ptxas for two blocks spilled). There v9 runs. Only on sm_90a
+// registers and fits two blocks on an SM; v10's tile bookkeeping took 135 (150 in the final
+// build), one block fits, and it ran 30 % slower (measured; asking ptxas for two blocks spilled).
+// There v9 runs. Only on sm_90a
 // (elsewhere the runner runs v5).
 #pragma once
 #include <cstdint>
