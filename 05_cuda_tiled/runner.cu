@@ -328,7 +328,7 @@ void tc_forward(const fa::AttnProblem& p, fa::DType dtype, const void* Q, const 
     found = dispatch_shape<V8>(pl, p.d, go);
   else if (pl.runs == "v9")
     found = dispatch_shape<V9>(pl, p.d, go);
-  else {
+  else if (pl.runs == "v10") {
     // v10's tile scheduler: one counter, zeroed on the stream before the launch, freed after it
     // (stream-ordered, so concurrent calls on other streams each have their own).
     fa::DeviceBuffer<unsigned> counter(1, fa::Mem::Extra, stream);
@@ -336,7 +336,8 @@ void tc_forward(const fa::AttnProblem& p, fa::DType dtype, const void* Q, const 
     found = dispatch_shape<V10>(pl, p.d, [&](auto make) {
       tc_launch(p, dtype, Q, K, V, O, LSE, pl, stream, make, counter.get());
     });
-  }
+  } else
+    found = false;
   if (!found)  // plan() checked the shape: unreachable unless the two disagree
     throw Unsupported("--block-q/--block-k", "a compiled shape", std::to_string(pl.Br) + "x" + std::to_string(pl.Bc));
 }

@@ -79,7 +79,7 @@ def compare_table(src, dtype, link):
                f"measured {data['date']} on an {data['device']} (PyTorch {data['torch']}, CUDA {data['cuda']}, "
                f"cuDNN {data['cudnn']}) by `scripts/gpu_check.sh` (`python3 tools/compare_torch.py --lib "
                f"build-gpu/05_cuda_tiled/libfa05.so --json ...`); `-`: the backend refuses the dtype, or its S and P "
-               f"would pass 40 GiB; source: [{src}]({link}).")
+               f"would pass 40 GiB, or the kernel falls back to another there (v8 and v10 at d = 64 run v7 and v9); source: [{src}]({link}).")
     return "\n".join(out) + "\n"
 
 

@@ -10,7 +10,8 @@
 //                                                   while its current tile's last block computes
 //                                                   and its O_i is written
 //
-// Why: at d = 128 and N <= 1024 v9 trails FlashAttention-2 (0.86-0.89x) because each of its blocks
+// Why: at d = 128 and N <= 1024 v9 trails FlashAttention-2 (0.77-0.84x timed with back-to-back
+// launches, README "Measuring small N"; 0.86-0.89x timed one launch at a time) because each of its blocks
 // spends a fixed start (Q_i, K_0 loaded, S_0 with nothing to overlap) and end (the last P V, O_i
 // written) on only 4-8 key blocks (README, "Small N at d = 128"). v8 hid part of the start on v7,
 // with a fixed tile order that made its causal runs 6-9 % slower at large N: blocks that drew long
@@ -19,22 +20,23 @@
 //
 // The scheduler: the runner zeroes one counter before the launch (4 bytes of GPU memory); block
 // x starts with tile x; tile number gridDim.x + n goes to the block whose atomicAdd returned n.
-// A block asks one tile ahead (at the start of tile k it claims the tile after tile k+1), so the
-// atomic's round trip to L2 is hidden behind a whole tile; thread 0 asks and keeps the answer in
-// shared memory, where the other threads read it after the next barrier.
+// A block asks ahead: at the start of tile k it already holds tile k+1 and claims the one after
+// (tile k+2), so the atomic's round trip to L2 is hidden behind a whole tile. The price: a tile
+// is promised to a block one tile before it is needed, when another block might have been free
+// for it first, so the last tiles can be spread a little less evenly. Thread 0 asks and keeps
+// the answer in shared memory, where the other threads read it after the next barrier.
 //
-// Copies: v9's, with the block's K/V blocks numbered across its tiles (jg0 + j: tile block j in
-// buffer (jg0 + j) % 2), so the next tile's K_0 takes the buffer after the current tile's last
+// Copies: v9's, with the two K/V buffers alternating across the block's tiles (tile block j in
+// buffer (buf0 + j) % 2), so the next tile's K_0 takes the buffer after the current tile's last
 // K. In the last block of a tile, where v9 copies no K_{j+1}, the next tile's Q_i (into the second
 // Q buffer) and K_0 go out instead, as their own cp.async group: the last P V waits for V_{Tc-1}
 // only (cp.async.wait_group 1), not for them.
 //
 // Compiles for what v9 does (T = __half or __nv_bfloat16, D = 64 or 128, kWarps a multiple of 4,
 // Bc = 64 or 128), but the runner launches it at D = 128 only: at D = 64, 128 x 64, v9 needs 127
-// registers and fits two blocks on an SM; v10's tile bookkeeping took 135 (150 in the final
-// build), one block fits, and it ran 30 % slower (measured; asking ptxas for two blocks spilled).
-// There v9 runs. Only on sm_90a
-// (elsewhere the runner runs v5).
+// registers and fits two blocks on an SM; v10's tile bookkeeping took 135 (150 in run 2's
+// build), one block fits, and it ran 26-32 % slower (measured; asking ptxas for two blocks
+// spilled). There v9 runs. Only on sm_90a (elsewhere the runner runs v5).
 #pragma once
 #include <cstdint>
 
@@ -67,7 +69,7 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
   constexpr int P = kPitch<D>;
   // 1024-aligned for the swizzle (v9 says how).
   T* Ks = reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(sram) + 1023) / 1024 * 1024);  // (2, Bc x D)
-  T* Vs = Ks + 2 * Bc * D;  // (2, Bc x D): this block's K/V block number jg in buffer jg % 2, swizzled
+  T* Vs = Ks + 2 * Bc * D;  // (2, Bc x D): the block's K/V blocks alternate between the two, swizzled
   T* Qs = Vs + 2 * Bc * D;  // (2, Br x P): this block's tile number k in buffer k % 2
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t4 = lane % 4;  // fragment coordinates (ptx.cuh): row group, lane in quad
@@ -87,11 +89,11 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
     x.Tc = int(max(int64_t(0), (p.keys_seen(x.r0 + x.br - 1) + Bc - 1) / Bc));  // causal: blocks past it skipped
     return x;
   };
-  // A tile's first copies, Q_i into Q buffer qbuf and K_0 into K buffer jg % 2, as one group. Only
-  // for a tile that sees a key (v9: no copy is left in flight by one that does not).
-  const auto start_tile = [&](const Tile& x, int qbuf, int jg) {
+  // A tile's first copies, Q_i into Q buffer qbuf and K_0 into K buffer buf % 2, as one group.
+  // Only for a tile that sees a key (v9: no copy is left in flight by one that does not).
+  const auto start_tile = [&](const Tile& x, int qbuf, int buf) {
     copy_tile_async<D, Br, kThreads>(Qs + qbuf * Br * P, Q + p.q_offset(x.b, x.h, x.r0), x.br);
-    copy_tile_swizzled<D, Bc, kThreads>(Ks + (jg % 2) * Bc * D, K + p.kv_offset(x.b, x.h, 0), int(min(int64_t(Bc), p.N_k)));
+    copy_tile_swizzled<D, Bc, kThreads>(Ks + (buf % 2) * Bc * D, K + p.kv_offset(x.b, x.h, 0), int(min(int64_t(Bc), p.N_k)));
     ptx::cp_async_commit();
   };
 
@@ -100,9 +102,9 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
   if (threadIdx.x == 0) next_tile[0] = gridDim.x + int64_t(atomicAdd(tile_counter, 1u));
   Tile cur = tile(t);
   if (cur.Tc > 0) start_tile(cur, 0, 0);
-  int qbuf = 0;     // the Q buffer of the current tile
-  int jg0 = 0;  // K/V blocks of this thread block's earlier tiles: block j of this one is jg0 + j
-  for (int k = 0; t < n_tiles; ++k) {
+  int qbuf = 0;  // the Q buffer of the current tile
+  int buf0 = 0;  // the K/V buffer of this tile's block 0 (the parity of the blocks this one ran before)
+  for (int step = 0; t < n_tiles; ++step) {  // step: this block's tile number k in the comments
     // Claim the tile after the next one now; its number is needed only at the end of the next tile.
     unsigned claimed = 0;
     if (threadIdx.x == 0) claimed = atomicAdd(tile_counter, 1u);
@@ -119,54 +121,53 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
     uint32_t a[Bc / 16][4];            // P~ of the last softmax as P V's A registers (a[k]: keys 16k .. 16k+15)
     float(*o64)[8][4] = reinterpret_cast<float(*)[8][4]>(o);  // o64[sl]: dims 64 sl .. 64 sl + 63
 
-    // v9's steps, with block j of this tile in buffers (jg0 + j) % 2.
+    // v9's steps, with block j of this tile in buffers (buf0 + j) % 2.
     const auto wait_tiles = [&] {
       ptx::cp_async_wait<0>();
       ptx::fence_proxy_async();
       __syncthreads();
     };
     // The next tile, as the scheduler answered (read after a barrier that follows thread 0's write).
-    const auto read_next = [&] { t_next = next_tile[k % 2]; };
+    const auto read_next = [&] { t_next = next_tile[step % 2]; };
     const auto start_copies = [&](int64_t j) {
       const int64_t c0 = j * Bc;
       if (j + 1 < Tc)
-        copy_tile_swizzled<D, Bc, kThreads>(Ks + ((jg0 + j + 1) % 2) * Bc * D, K + p.kv_offset(b, h, c0 + Bc),
+        copy_tile_swizzled<D, Bc, kThreads>(Ks + ((buf0 + j + 1) % 2) * Bc * D, K + p.kv_offset(b, h, c0 + Bc),
                                             int(min(int64_t(Bc), p.N_k - c0 - Bc)));
-      copy_tile_swizzled<D, Bc, kThreads>(Vs + ((jg0 + j) % 2) * Bc * D, V + p.kv_offset(b, h, c0),
-                                          int(min(int64_t(Bc), p.N_k - c0)));
+      copy_tile_swizzled<D, Bc, kThreads>(Vs + ((buf0 + j) % 2) * Bc * D, V + p.kv_offset(b, h, c0), int(min(int64_t(Bc), p.N_k - c0)));
       ptx::cp_async_commit();
-      // The new idea: the last block's free K buffer (it held K_{Tc-2}, whose S finished in the
-      // iteration before) takes the next tile's K_0, the other Q buffer (the tile before this one
-      // read it, and every warp has passed this tile's first barrier) its Q_i.
+      // New against v9 (v8's copy-ahead): the last block's free K buffer (it held K_{Tc-2}, whose
+      // S finished in the iteration before) takes the next tile's K_0, the other Q buffer (the
+      // tile before this one read it, and every warp has passed this tile's first barrier) its Q_i.
       if (j + 1 == Tc && t_next < n_tiles) {
         const Tile next = tile(t_next);
-        if (next.Tc > 0) start_tile(next, qbuf ^ 1, jg0 + Tc), next_copies = true;
+        if (next.Tc > 0) start_tile(next, qbuf ^ 1, buf0 + Tc), next_copies = true;
       }
     };
     const auto load_q = [&](uint32_t(&q)[D / 16][4]) {
-      for (int kk = 0; kk < D / 16; ++kk)
-        ptx::ldmatrix_x4(q[kk], Qi + (warp * 16 + lane % 8 + (lane / 8 % 2) * 8) * P + kk * 16 + lane / 16 * 8);
+      for (int k = 0; k < D / 16; ++k)
+        ptx::ldmatrix_x4(q[k], Qi + (warp * 16 + lane % 8 + (lane / 8 % 2) * 8) * P + k * 16 + lane / 16 * 8);
     };
     const auto rescale_o = [&] {
       for (int r = 0; r < 2; ++r)
         for (int n = 0; n < D / 8; ++n) o[n][2 * r] *= alpha[r], o[n][2 * r + 1] *= alpha[r];
     };
     const auto issue_s = [&](float(&s)[Bc / 8][4], const uint32_t(&q)[D / 16][4], int64_t j) {
-      const T* Kj = Ks + ((jg0 + j) % 2) * Bc * D;
-      for (int kk = 0; kk < D / 16; ++kk)
-        ptx::wgmma_m64nNk16<T, Bc, 0>(s, q[kk], ptx::smem_desc_sw128(Kj + (kk / 4) * Bc * 64 + (kk % 4) * 16));
+      const T* Kj = Ks + ((buf0 + j) % 2) * Bc * D;
+      for (int k = 0; k < D / 16; ++k)
+        ptx::wgmma_m64nNk16<T, Bc, 0>(s, q[k], ptx::smem_desc_sw128(Kj + (k / 4) * Bc * 64 + (k % 4) * 16));
       ptx::wgmma_commit();
     };
     const auto issue_pv = [&](int64_t j) {
-      const T* Vj = Vs + ((jg0 + j) % 2) * Bc * D;
-      for (int kk = 0; kk < Bc / 16; ++kk)
+      const T* Vj = Vs + ((buf0 + j) % 2) * Bc * D;
+      for (int k = 0; k < Bc / 16; ++k)
         for (int sl = 0; sl < D / 64; ++sl)
-          ptx::wgmma_m64nNk16<T, 64, 1>(o64[sl], a[kk], ptx::smem_desc_sw128(Vj + sl * Bc * 64 + kk * 16 * 64));
+          ptx::wgmma_m64nNk16<T, 64, 1>(o64[sl], a[k], ptx::smem_desc_sw128(Vj + sl * Bc * 64 + k * 16 * 64));
       ptx::wgmma_commit();
     };
     const auto pin_pv = [&] {
       for (int sl = 0; sl < D / 64; ++sl) ptx::wgmma_pin(o64[sl]);
-      for (int kk = 0; kk < Bc / 16; ++kk) ptx::wgmma_pin(a[kk]);
+      for (int k = 0; k < Bc / 16; ++k) ptx::wgmma_pin(a[k]);
     };
     const auto softmax = [&](float(&s)[Bc / 8][4], int64_t j) {
       const int64_t c0 = j * Bc;
@@ -197,16 +198,16 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
       }
     };
     const auto pack_p = [&](const float(&s)[Bc / 8][4]) {
-      for (int kk = 0; kk < Bc / 16; ++kk) {
-        a[kk][0] = ptx::pack2<T>(s[2 * kk][0], s[2 * kk][1]), a[kk][1] = ptx::pack2<T>(s[2 * kk][2], s[2 * kk][3]);
-        a[kk][2] = ptx::pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-        a[kk][3] = ptx::pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      for (int k = 0; k < Bc / 16; ++k) {
+        a[k][0] = ptx::pack2<T>(s[2 * k][0], s[2 * k][1]), a[k][1] = ptx::pack2<T>(s[2 * k][2], s[2 * k][3]);
+        a[k][2] = ptx::pack2<T>(s[2 * k + 1][0], s[2 * k + 1][1]);
+        a[k][3] = ptx::pack2<T>(s[2 * k + 1][2], s[2 * k + 1][3]);
       }
     };
 
     if (Tc > 0) {
       {  // block 0, as in v9
-        wait_tiles();  // Q_i and K_0 are in; next_tile[k % 2] is written
+        wait_tiles();  // Q_i and K_0 are in; next_tile[step % 2] is written
         read_next();
         start_copies(0);
         uint32_t q[D / 16][4];
@@ -254,12 +255,15 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
       pin_pv();
     } else {
       // No key to see (causal, N_q > N_k): no block to start the next tile's copies in. Start them
-      // here, once every warp is done with the buffers they take.
+      // here, once every warp is done with the buffers they take. (Not reached in v9's tile order:
+      // a block's tile numbers only increase, and in causal order the keys a query block sees only
+      // decrease with the tile number, so a tile that sees no key is never followed by one that
+      // does. Kept so the kernel does not depend on that order.)
       __syncthreads();
       read_next();
       if (t_next < n_tiles) {
         const Tile next = tile(t_next);
-        if (next.Tc > 0) start_tile(next, qbuf ^ 1, jg0);
+        if (next.Tc > 0) start_tile(next, qbuf ^ 1, buf0);
       }
     }
 
@@ -277,8 +281,8 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
     }
     // The claim from this tile's start, for the tile after the next: slot (k + 1) % 2 was last
     // read in tile k - 1, before this tile's first barrier. The next tile reads it after its own.
-    if (threadIdx.x == 0) next_tile[(k + 1) % 2] = gridDim.x + int64_t(claimed);
-    t = t_next, qbuf ^= 1, jg0 += Tc;
+    if (threadIdx.x == 0) next_tile[(step + 1) % 2] = gridDim.x + int64_t(claimed);
+    t = t_next, qbuf ^= 1, buf0 = (buf0 + Tc) % 2;  // a parity: no sum over the walk to overflow
     if (t < n_tiles) cur = tile(t);
   }
   ptx::cp_async_wait<0>();  // no copy still landing when the block exits (none should be)
