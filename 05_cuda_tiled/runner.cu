@@ -409,8 +409,9 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
       pl.runs = "v7";
       pl.note = "v8 runs d = 128 only (at d = 64 its second Q tile costs v7's third block per SM): ran v7";
     } else if (kernel == "v10" && p.d == 64) {
-      // Measured on the H200 (README, v10): at d = 64 its tile bookkeeping took v9's 127 registers
-      // to 135, one block per SM instead of two, 30 % slower. v9 runs instead.
+      // Measured on the H200 (README, v10): at d = 64 its tile bookkeeping takes v9's 127 registers
+      // past 128 (135 in the first draft, 150 now), one block per SM instead of two, 26-32 % slower.
+      // v9 runs instead.
       pl.runs = "v9";
       pl.note = "v10 runs d = 128 only (at d = 64 its registers cost v9's second block per SM): ran v9";
     }

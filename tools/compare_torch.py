@@ -215,17 +215,15 @@ def checks(fa, device, log):
     return ok
 
 
-LAUNCHES = 0  # launches per CUDA-event pair (main() sets it from --launches); 0: auto
-
-
-def time_ms(fn, reps):
-    """Median milliseconds per launch of fn() over `reps` samples. A sample is LAUNCHES back-to-back
+def time_ms(fn, reps, launches=1):
+    """Median milliseconds per launch of fn() over `reps` samples. A sample is `launches` back-to-back
     launches between two CUDA events, divided by their number: the host's cost per call (Python,
     ctypes, PyTorch's dispatcher, a plan) then runs while the launch before it computes, instead of
-    being timed as GPU time, as it is when one launch sits between two events and is short (at
-    N = 512 it is a few percent of a launch, and differs between the implementations compared).
-    LAUNCHES = 0: as many as fill about 5 ms (1 to 20), from one launch timed alone. LAUNCHES = 1:
-    one launch per pair, this tool's method before 2026-11-30."""
+    being timed as GPU time, as it is when one launch sits between two events and is short (on the
+    H200 at d = 128, N = 512, 11% of SDPA flash's time and 5% of v10's: 05 README, "Measuring small
+    N"). launches = 0: as many as fill about 5 ms (1 to 20), from one launch timed alone; this
+    tool's default since 2026-11-30 (--launches). launches = 1: one launch per pair, the method
+    before, which decode_bench.py keeps (its results were taken so)."""
     for _ in range(2):
         fn()
     torch.cuda.synchronize()
@@ -239,11 +237,11 @@ def time_ms(fn, reps):
         b.synchronize()
         return a.elapsed_time(b) / n
 
-    n = LAUNCHES if LAUNCHES > 0 else max(1, min(20, round(5.0 / sample(1))))
+    n = launches if launches > 0 else max(1, min(20, round(5.0 / sample(1))))
     return statistics.median(sample(n) for _ in range(reps))
 
 
-def timing(fa, device, quick, log, dtypes=("bf16", "fp32")):
+def timing(fa, device, quick, log, dtypes=("bf16", "fp32"), launches=0):
     rows = []
     Ns = [1024, 4096, 16384] if quick else [512, 1024, 2048, 4096, 8192, 16384]
     for dname in dtypes:
@@ -272,7 +270,7 @@ def timing(fa, device, quick, log, dtypes=("bf16", "fp32")):
                         else:
                             try:
                                 reps = 3 if flops / 1e12 > 5 else 10
-                                ms, note = time_ms(fn, reps), ""
+                                ms, note = time_ms(fn, reps, launches), ""
                             except RuntimeError as e:
                                 ms, note = None, "refused: " + str(e).splitlines()[0][:80]
                         torch.cuda.empty_cache()
@@ -292,7 +290,7 @@ def timing(fa, device, quick, log, dtypes=("bf16", "fp32")):
     return rows
 
 
-def timing_backward(device, quick, log):
+def timing_backward(device, quick, log, launches=0):
     rows = []
     Ns = [1024, 4096, 16384] if quick else [512, 1024, 2048, 4096, 8192, 16384]
     for d in (64, 128):
@@ -309,7 +307,7 @@ def timing_backward(device, quick, log):
                     try:
                         out = sdpa(b, q, k, v, causal, 1 / math.sqrt(d))
                         ms = time_ms(lambda: torch.autograd.grad(out, (q, k, v), do, retain_graph=True),
-                                     3 if flops / 1e12 > 5 else 10)
+                                     3 if flops / 1e12 > 5 else 10, launches)
                         note = ""
                     except RuntimeError as e:
                         ms, note = None, "refused: " + str(e).splitlines()[0][:80]
@@ -334,8 +332,6 @@ def main():
                     help="back-to-back launches per CUDA-event pair (default 0: about 5 ms of them, 1 to 20; "
                          "1: one launch per pair, the method before 2026-11-30)")
     args = ap.parse_args()
-    global LAUNCHES
-    LAUNCHES = args.launches
     gpu = open_gpu("compare_torch", args.lib)
     if gpu is None:
         return 2
@@ -350,10 +346,10 @@ def main():
     log("checks (vs float64):")
     ok = checks(fa, device, log)
     log(f"checks: {'PASS' if ok else 'FAIL'}")
-    rows = [] if args.no_timing else (log("timing (TFLOP/s, median of CUDA-event times):") or timing(fa, device, args.quick, log, args.dtypes.split(",")))
+    rows = [] if args.no_timing else (log("timing (TFLOP/s, median of CUDA-event times):") or timing(fa, device, args.quick, log, args.dtypes.split(","), args.launches))
     if args.backward:
         log("backward timing (TFLOP/s = 2.5 x forward FLOPs / time, median of CUDA-event times):")
-        rows += timing_backward(device, args.quick, log)
+        rows += timing_backward(device, args.quick, log, args.launches)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": props.name, "torch": torch.__version__, "cuda": torch.version.cuda,

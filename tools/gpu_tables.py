@@ -49,6 +49,15 @@ def fmt_bytes(n):
     return f"{int(n)} B"
 
 
+def timing_method(data):
+    """How compare_torch.py timed a JSON's rows. Those from before 2026-11-30 have no
+    launches_per_event: one launch per CUDA-event pair."""
+    n = data.get("launches_per_event", 1)
+    if n == 1:
+        return "median of CUDA-event times"
+    return f"median of CUDA-event times over back-to-back launches (`--launches {n}`; 0: about 5 ms of them)"
+
+
 def compare_table(src, dtype, link):
     data = json.loads((ROOT / src).read_text())
     rows = [r for r in data["rows"] if r["dtype"] == dtype]
@@ -71,11 +80,7 @@ def compare_table(src, dtype, link):
             line += f" {v2['tflops'] / fl['tflops']:.2f} |" if v2 and fl and v2["tflops"] and fl["tflops"] else " - |"
         out.append(line)
     out.append("")
-    # JSONs from before 2026-11-30 have no launches_per_event: one launch per event pair.
-    method = ("median of CUDA-event times" if data.get("launches_per_event", 1) == 1 else
-              "median of CUDA-event times over back-to-back launches (`--launches "
-              f"{data['launches_per_event']}`; 0: about 5 ms of them)")
-    out.append(f"TFLOP/s (forward, 4·B·H·N²·d, halved for causal), {method}, {dtype}, "
+    out.append(f"TFLOP/s (forward, 4·B·H·N²·d, halved for causal), {timing_method(data)}, {dtype}, "
                f"measured {data['date']} on an {data['device']} (PyTorch {data['torch']}, CUDA {data['cuda']}, "
                f"cuDNN {data['cudnn']}) by `scripts/gpu_check.sh` (`python3 tools/compare_torch.py --lib "
                f"build-gpu/05_cuda_tiled/libfa05.so --json ...`); `-`: the backend refuses the dtype, or its S and P "
@@ -241,7 +246,7 @@ def bwd_table(src, sdpa_src, link):
                f"`gpu_v1` (the fp32 port) at N <= 4096 only. Ours: Google Benchmark, one backward per CUDA-event "
                f"pair, measured {ctx['date'][:10]} on an {ctx.get('gpu', '?')} (`build-gpu/06_backward_recompute/"
                f"bench_06_backward_gpu`, source: [{src}]({link})); "
-               f"SDPA: `torch.autograd.grad` through one forward, median of CUDA-event times, measured {sdpa['date']} "
+               f"SDPA: `torch.autograd.grad` through one forward, {timing_method(sdpa)}, measured {sdpa['date']} "
                f"(PyTorch {sdpa['torch']}, CUDA {sdpa['cuda']}, cuDNN {sdpa['cudnn']}) by `python3 tools/compare_torch.py "
                f"--backward` in the same `scripts/gpu_check.sh` session (source: [{sdpa_src}]({sdpa_link})).")
     return "\n".join(out) + "\n"
