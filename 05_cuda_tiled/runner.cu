@@ -27,6 +27,7 @@
 #include "kernels/v8_persistent.cuh"
 #include "kernels/v9_overlap.cuh"
 #include "kernels/v10_scheduler.cuh"
+#include "kernels/v11_o_smem.cuh"
 #include "runner.hpp"
 
 namespace fa05 {
@@ -62,6 +63,9 @@ const std::vector<KernelInfo>& kernels() {
        true, 256},
       {"v10", "kernels/v10_scheduler.cuh",
        "v9 in persistent blocks that take tiles from an atomic counter, copying the next tile's Q, K during the last block",
+       true, 256},
+      {"v11", "kernels/v11_o_smem.cuh",
+       "v10 + O written through shared memory: 16-byte stores, whole rows per warp store, each sector written once",
        true, 256},
       {"cublas", "kernels/baseline_cublas.cuh",
        "materialised baseline: cuBLAS S = QK^T, softmax kernel, cuBLAS O = PV; S, P in HBM",
@@ -197,7 +201,7 @@ using V6Shapes = std::tuple<Shape<4, 32>, Shape<4, 64, 64>, Shape<8, 32>, Shape<
 // v7: whole warpgroups (4 warps) and whole 64-key wgmma tiles; each is also a v5 shape, which is
 // what v7 falls back to off Hopper.
 using V7Shapes = std::tuple<Shape<4, 64>, Shape<4, 128>, Shape<8, 64>, Shape<8, 128>>;
-// v10: v9's two winners (two warpgroups, README v9), the only shapes its sweep runs.
+// v10: v9's two winners (two warpgroups, README v9), the only shapes its sweep runs; v11 keeps them.
 using V10Shapes = std::tuple<Shape<8, 64>, Shape<8, 128>>;
 
 // Each shaped version: its kernel for (T, D, warps, Bc) and its rows per warp.
@@ -244,6 +248,16 @@ struct V10 {  // v9's two-warpgroup shapes, with a second Q tile in shared memor
   static auto kernel() { return v10::forward_kernel<T, D, W, C>; }
   static int64_t smem(int64_t d, int64_t warps, int64_t Bc) { return v10::smem_bytes(int(d), int(warps), int(Bc)); }
 };
+struct V11 {  // v10's shapes and shared memory (O is staged in the tile's Q buffer)
+  static constexpr int rows_per_warp = 16;
+  using Shapes = V10Shapes;
+  template <class T, int D, int W, int C>
+  static auto kernel() { return v11::forward_kernel<T, D, W, C>; }
+  static int64_t smem(int64_t d, int64_t warps, int64_t Bc) { return v11::smem_bytes(int(d), int(warps), int(Bc)); }
+};
+
+// The persistent versions: as many blocks as stay resident, each walking tiles.
+bool persistent(const std::string& k) { return k == "v8" || k == "v10" || k == "v11"; }
 
 // Ver's shapes at head dim d, as (Br, Bc).
 template <class Ver, class... S>
@@ -257,9 +271,9 @@ std::vector<BlockShape> shape_list(int64_t d) {
   return shape_list<Ver>(d, static_cast<typename Ver::Shapes*>(nullptr));
 }
 
-// Launches a tensor-core kernel (v2 ... v10) for the dtype and head dim of the problem:
+// Launches a tensor-core kernel (v2 ... v11) for the dtype and head dim of the problem:
 // make(T, D) returns the kernel function for T = __half/__nv_bfloat16, D = 64/128; extra...
-// follow the common arguments (v10: its tile counter).
+// follow the common arguments (v10, v11: the tile counter).
 template <class Make, class... Extra>
 void tc_launch(const fa::AttnProblem& p, fa::DType dtype, const void* Q, const void* K, const void* V,
                void* O, float* LSE, const Plan& pl, cudaStream_t stream, Make make, Extra... extra) {
@@ -268,7 +282,7 @@ void tc_launch(const fa::AttnProblem& p, fa::DType dtype, const void* Q, const v
     auto* kernel_fn = make(tag, d_tag);
     set_smem(kernel_fn, pl.smem_bytes);
     int64_t grid = pl.blocks;
-    if (pl.runs == "v8" || pl.runs == "v10") {  // persistent: as many blocks as stay resident at once, each walks tiles
+    if (persistent(pl.runs)) {  // as many blocks as stay resident at once, each walks tiles
       int dev = 0, sms = 0, per_sm = 0;
       FA_CUDA_CHECK(cudaGetDevice(&dev));
       FA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -328,14 +342,13 @@ void tc_forward(const fa::AttnProblem& p, fa::DType dtype, const void* Q, const 
     found = dispatch_shape<V8>(pl, p.d, go);
   else if (pl.runs == "v9")
     found = dispatch_shape<V9>(pl, p.d, go);
-  else if (pl.runs == "v10") {
-    // v10's tile scheduler: one counter, zeroed on the stream before the launch, freed after it
-    // (stream-ordered, so concurrent calls on other streams each have their own).
+  else if (pl.runs == "v10" || pl.runs == "v11") {
+    // The tile scheduler of v10 (and v11): one counter, zeroed on the stream before the launch,
+    // freed after it (stream-ordered, so concurrent calls on other streams each have their own).
     fa::DeviceBuffer<unsigned> counter(1, fa::Mem::Extra, stream);
     FA_CUDA_CHECK(cudaMemsetAsync(counter.get(), 0, sizeof(unsigned), stream));
-    found = dispatch_shape<V10>(pl, p.d, [&](auto make) {
-      tc_launch(p, dtype, Q, K, V, O, LSE, pl, stream, make, counter.get());
-    });
+    const auto go_counter = [&](auto make) { tc_launch(p, dtype, Q, K, V, O, LSE, pl, stream, make, counter.get()); };
+    found = pl.runs == "v10" ? dispatch_shape<V10>(pl, p.d, go_counter) : dispatch_shape<V11>(pl, p.d, go_counter);
   } else
     found = false;
   if (!found)  // plan() checked the shape: unreachable unless the two disagree
@@ -351,6 +364,7 @@ std::vector<BlockShape> block_shapes(const std::string& kernel, int64_t d) {
   if (kernel == "v8") return shape_list<V8>(d);
   if (kernel == "v9") return shape_list<V9>(d);
   if (kernel == "v10") return shape_list<V10>(d);
+  if (kernel == "v11") return shape_list<V11>(d);
   return {};
 }
 
@@ -375,6 +389,8 @@ BlockShape default_shape(const std::string& kernel, int64_t d) {
   if (kernel == "v9") return d <= 64 ? BlockShape{128, 64} : BlockShape{128, 128};
   // v10: v9's (a guess: its own sweep is in the README).
   if (kernel == "v10") return default_shape("v9", d);
+  // v11: v10's (the O write does not change what fits).
+  if (kernel == "v11") return default_shape("v10", d);
   return {0, 0};
 }
 
@@ -387,12 +403,12 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
   Plan pl;
   pl.runs = kernel;
   const bool tensor_cores = kernel == "v2" || kernel == "v3" || kernel == "v4" || kernel == "v5" || kernel == "v6" ||
-                            kernel == "v7" || kernel == "v8" || kernel == "v9" || kernel == "v10";
+                            kernel == "v7" || kernel == "v8" || kernel == "v9" || kernel == "v10" || kernel == "v11";
   if (tensor_cores && (dtype == fa::DType::fp32 || (p.d != 64 && p.d != 128))) {
     pl.runs = "v1";
     pl.note = kernel + " runs fp16/bf16 at d = 64 or 128 (tensor cores); ran v1 for " +
               fa::dtype_name(dtype) + " at d = " + std::to_string(p.d);
-  } else if (kernel == "v7" || kernel == "v8" || kernel == "v9" || kernel == "v10") {
+  } else if (kernel == "v7" || kernel == "v8" || kernel == "v9" || kernel == "v10" || kernel == "v11") {
     const int sm = cfg.sm > 0 ? cfg.sm : fa::gpu_compute_capability();
 #if FA05_HAVE_SM90A
     constexpr bool built = true;
@@ -400,7 +416,7 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
     constexpr bool built = false;  // v7's kernels are compiled only into sm_90a code
 #endif
     if (!built || (sm > 0 && sm != 90)) {
-      pl.runs = "v5";  // every v7 (v8, v9, v10) shape is a v5 shape (V7Shapes)
+      pl.runs = "v5";  // every v7 (v8 ... v11) shape is a v5 shape (V7Shapes)
       pl.note = !built ? kernel + " needs a build for sm_90a (wgmma); this one has none: ran v5"
                        : kernel + " runs on sm_90 only (wgmma); ran v5 on this sm_" + std::to_string(sm) + " GPU";
     } else if (kernel == "v8" && p.d == 64) {
@@ -414,19 +430,24 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
       // v9 runs instead.
       pl.runs = "v9";
       pl.note = "v10 runs d = 128 only (at d = 64 its registers cost v9's second block per SM): ran v9";
+    } else if (kernel == "v11" && p.d == 64) {
+      // v10's kernel with another ending: the same reason, not measured again.
+      pl.runs = "v9";
+      pl.note = "v11 runs d = 128 only (as v10: at d = 64 its registers cost v9's second block per SM): ran v9";
     }
-    if ((kernel == "v8" || kernel == "v10") && pl.runs != kernel && cfg.persistent_blocks > 0)
+    if (persistent(kernel) && pl.runs != kernel && cfg.persistent_blocks > 0)
       pl.note += "; --persistent-blocks does not apply to " + pl.runs;
   }
   // The knobs mean nothing to the other kernels: refuse them rather than ignore them. v1 takes
   // all three; v5, v6 and v7 take a block shape they are compiled for (--block-q, --block-k).
   const bool runs_shaped =
-      pl.runs == "v5" || pl.runs == "v6" || pl.runs == "v7" || pl.runs == "v8" || pl.runs == "v9" || pl.runs == "v10";
-  if (cfg.persistent_blocks > 0 && kernel != "v8" && kernel != "v10")  // v8 or v10 that falls back ignores it
-    throw Unsupported("--persistent-blocks", "only with v8 or v10", "kernel " + kernel);
+      pl.runs == "v5" || pl.runs == "v6" || pl.runs == "v7" || pl.runs == "v8" || pl.runs == "v9" || pl.runs == "v10" ||
+      pl.runs == "v11";
+  if (cfg.persistent_blocks > 0 && !persistent(kernel))  // v8, v10 or v11 that falls back ignores it
+    throw Unsupported("--persistent-blocks", "only with v8, v10 or v11", "kernel " + kernel);
   if (pl.runs != "v1" && (cfg.sram_bytes > 0 || ((cfg.Br > 0 || cfg.Bc > 0) && !runs_shaped)))
     throw Unsupported(runs_shaped ? "--sram-bytes" : "--sram-bytes/--block-q/--block-k",
-                      runs_shaped ? "only with v1 (" + kernel + " takes --block-q/--block-k)" : "only with v1, v5 ... v10",
+                      runs_shaped ? "only with v1 (" + kernel + " takes --block-q/--block-k)" : "only with v1, v5 ... v11",
                       "kernel " + kernel + ", which runs " + pl.runs + " here");
   if (pl.runs == "v2" || pl.runs == "v3" || pl.runs == "v4") {
     pl.Br = 64, pl.Bc = 64;  // v2::Br, v2::Bc; v3 and v4 keep them
@@ -444,7 +465,8 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
              : pl.runs == "v7" ? V7::smem(p.d, warps, Bc)
              : pl.runs == "v8" ? V8::smem(p.d, warps, Bc)
              : pl.runs == "v9" ? V9::smem(p.d, warps, Bc)
-                               : V10::smem(p.d, warps, Bc);
+             : pl.runs == "v10" ? V10::smem(p.d, warps, Bc)
+                                : V11::smem(p.d, warps, Bc);
     };
     const BlockShape def = default_shape(kernel, p.d);  // v7/v8 -> v5 keeps their shape
     pl.Br = cfg.Br > 0 ? cfg.Br : def.Br;
@@ -480,8 +502,8 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
     pl.threads = 32 * warps;
     pl.smem_bytes = smem(pl.Br, pl.Bc);
     pl.blocks = p.B * p.H * ceil_div(p.N_q, pl.Br);
-    if (pl.runs == "v8" || pl.runs == "v10") pl.persistent_blocks = cfg.persistent_blocks;
-    if (pl.runs == "v10") pl.workspace_bytes = int64_t(sizeof(unsigned));  // the tile counter
+    if (persistent(pl.runs)) pl.persistent_blocks = cfg.persistent_blocks;
+    if (pl.runs == "v10" || pl.runs == "v11") pl.workspace_bytes = int64_t(sizeof(unsigned));  // the tile counter
   } else if (pl.runs == "v1") {
     v1_blocks(p, cfg, pl.Br, pl.Bc);
     pl.threads = v1::kThreads;

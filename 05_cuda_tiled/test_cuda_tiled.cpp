@@ -49,8 +49,8 @@ TEST_CASE("05 v2 (tensor cores): conformance battery in fp16 and bf16 (and fp32 
   }
 }
 
-TEST_CASE("05 v3 ... v10: conformance battery in fp16 and bf16") {
-  for (const char* k : {"v3", "v4", "v5", "v6", "v7", "v8", "v9", "v10"})
+TEST_CASE("05 v3 ... v11: conformance battery in fp16 and bf16") {
+  for (const char* k : {"v3", "v4", "v5", "v6", "v7", "v8", "v9", "v10", "v11"})
     for (fa::DType t : {fa::DType::fp16, fa::DType::bf16}) {
       INFO(k << " dtype " << std::string(fa::dtype_name(t)));
       fa::check_forward_battery(stage_05_forward(k, t), false, storage(k, t));
@@ -63,14 +63,14 @@ const int64_t kRaggedSizes[][2] = {{1, 1},       {1, 200},   {17, 17},    {63, 6
                                    {65, 65},     {127, 129}, {129, 127},  {200, 63}, {63, 200},
                                    {1000, 1000}, {300, 1000}, {1000, 300}};
 
-// v7 ... v10 run only on sm_90 (elsewhere their plan runs v5, and says so); v8 runs only d = 128
-// (at d = 64 its plan runs v7), v10 too (its plan runs v9).
+// v7 ... v11 run only on sm_90 (elsewhere their plan runs v5, and says so); v8 runs only d = 128
+// (at d = 64 its plan runs v7), v10 and v11 too (their plan runs v9).
 bool runs_itself(const std::string& k) {
-  return (k != "v7" && k != "v8" && k != "v9" && k != "v10") || fa::gpu_compute_capability() == 90;
+  return (k != "v7" && k != "v8" && k != "v9" && k != "v10" && k != "v11") || fa::gpu_compute_capability() == 90;
 }
 std::string expected_runs(const std::string& k, int64_t d) {
   if (!runs_itself(k)) return "v5";
-  if (d == 64 && (k == "v8" || k == "v10")) return k == "v8" ? "v7" : "v9";
+  if (d == 64 && (k == "v8" || k == "v10" || k == "v11")) return k == "v8" ? "v7" : "v9";
   return k;
 }
 
@@ -95,8 +95,9 @@ TEST_CASE("05 ragged v7: N_q != N_k, causal, GQA at d = 64 and 128, fp16 and bf1
 TEST_CASE("05 ragged v8: N_q != N_k, causal, GQA at d = 64 and 128, fp16 and bf16") { check_ragged("v8"); }
 TEST_CASE("05 ragged v9: N_q != N_k, causal, GQA at d = 64 and 128, fp16 and bf16") { check_ragged("v9"); }
 TEST_CASE("05 ragged v10: N_q != N_k, causal, GQA at d = 64 and 128, fp16 and bf16") { check_ragged("v10"); }
+TEST_CASE("05 ragged v11: N_q != N_k, causal, GQA at d = 64 and 128, fp16 and bf16") { check_ragged("v11"); }
 
-// Every block shape v5 ... v10 are compiled for (the sweep's candidates), not only the default
+// Every block shape v5 ... v11 are compiled for (the sweep's candidates), not only the default
 // one, with N around 32, 64, 128 and 256.
 void check_shapes(const char* k) {
   if (!runs_itself(k)) {
@@ -210,45 +211,63 @@ TEST_CASE("05 v7: every compiled block shape, ragged and causal, bf16") { check_
 TEST_CASE("05 v8: every compiled block shape, ragged and causal, bf16") { check_shapes("v8"); }
 TEST_CASE("05 v9: every compiled block shape, ragged and causal, bf16") { check_shapes("v9"); }
 TEST_CASE("05 v10: every compiled block shape, ragged and causal, bf16") { check_shapes("v10"); }
+TEST_CASE("05 v11: every compiled block shape, ragged and causal, bf16") { check_shapes("v11"); }
 
-// v10 runs v9's steps on each tile; only which thread block runs a tile, and which buffers it
-// uses, depend on the scheduler. So it must give v9's bits at every shape and every grid: capped
-// at 1, 2 and 3 blocks each block walks many tiles (the next tile's copies in the last block, the
-// counter's answers a tile ahead, buffers alternating across tiles); causal 200 x 63 and
-// 1000 x 300 end their walks with query blocks that see no key (tiles with one key block, then
-// none); and the two 4 x 16-head problems have 512 tiles each, so the default grid (one
-// block per SM) walks several each. Ragged, GQA, fp16 and bf16; the small ones against float64
-// too at a cap of 3.
-TEST_CASE("05 v10: the same bits as v9 at every shape and grid cap (ragged, causal, GQA)") {
-  if (!runs_itself("v10")) {
-    MESSAGE("v10 runs v5 on this GPU");
-    return;
-  }
-  for (int64_t d : {128})  // v10 runs d = 128 only
+// A persistent version k must give the bits of ref, a version whose tiles do the same arithmetic,
+// at every shape and every grid: capped at 1, 2 and 3 blocks each block walks many tiles (the
+// next tile's copies in the last block, the counter's answers a tile ahead, buffers alternating
+// across tiles); causal 200 x 63 and 1000 x 300 end their walks with query blocks that see no key
+// (tiles with one key block, then none); and the two 4 x 16-head problems have 512 tiles each, so
+// the default grid (one block per SM) walks several each. Ragged, GQA, fp16 and bf16; the small
+// ones against float64 too at a cap of 3.
+void check_same_bits_walk(const char* k, const char* ref_kernel) {
+  for (int64_t d : {128})  // v10 and v11 run d = 128 only
     for (const fa::AttnProblem& p :
          {fa::make_problem(2, 4, 2, 200, 63, d, true), fa::make_problem(1, 4, 2, 63, 200, d, false),
           fa::make_problem(1, 2, 1, 1000, 1000, d, true), fa::make_problem(1, 2, 2, 257, 1000, d, false),
           fa::make_problem(4, 16, 4, 1000, 1000, d, false), fa::make_problem(4, 16, 4, 1000, 300, d, true)}) {
       const fa::Inputs in = fa::random_inputs(p, 34);
-      for (const fa05::BlockShape& sh : fa05::block_shapes("v10", d))
+      for (const fa05::BlockShape& sh : fa05::block_shapes(k, d))
         for (fa::DType t : {fa::DType::fp16, fa::DType::bf16}) {
-          INFO(p.describe() << ", shape " << sh.Br << "x" << sh.Bc << ", " << std::string(fa::dtype_name(t)));
+          INFO(k << " against " << ref_kernel << ", " << p.describe() << ", shape " << sh.Br << "x" << sh.Bc << ", "
+                 << std::string(fa::dtype_name(t)));
           fa05::Config cfg;
           cfg.Br = sh.Br, cfg.Bc = sh.Bc;
-          const fa::ForwardRun ref = fa::run_forward(stage_05_forward("v9", t, cfg), in);
+          const fa::ForwardRun ref = fa::run_forward(stage_05_forward(ref_kernel, t, cfg), in);
           for (int64_t cap : {0, 1, 2, 3, 0}) {
             INFO("cap " << cap);
             cfg.persistent_blocks = cap;
-            const fa::ForwardRun r = fa::run_forward(stage_05_forward("v10", t, cfg), in);
+            const fa::ForwardRun r = fa::run_forward(stage_05_forward(k, t, cfg), in);
             CHECK(fa::same_bits(r.O, ref.O));
             CHECK(fa::same_bits(r.LSE, ref.LSE));
           }
           cfg.persistent_blocks = 3;
           if (p.B * p.H <= 8)  // the 64-head problems' float64 reference would take minutes on the host
-            fa::check_forward_case(stage_05_forward("v10", t, cfg), fa::Case{"v10, 3 blocks", p, fa::Fill::HighDims}, false,
-                                   storage("v10", t));
+            fa::check_forward_case(stage_05_forward(k, t, cfg), fa::Case{std::string(k) + ", 3 blocks", p, fa::Fill::HighDims},
+                                   false, storage(k, t));
         }
     }
+}
+
+// v10 runs v9's steps on each tile; only which thread block runs a tile, and which buffers it
+// uses, depend on the scheduler.
+TEST_CASE("05 v10: the same bits as v9 at every shape and grid cap (ragged, causal, GQA)") {
+  if (!runs_itself("v10")) {
+    MESSAGE("v10 runs v5 on this GPU");
+    return;
+  }
+  check_same_bits_walk("v10", "v9");
+}
+
+// v11 is v10 with another way out for O (through shared memory): the same values, so the same
+// bits, and a wrong row or column of the staged copy, or a copy that races the next tile's Q,
+// would not give them.
+TEST_CASE("05 v11: the same bits as v10 at every shape and grid cap (ragged, causal, GQA)") {
+  if (!runs_itself("v11")) {
+    MESSAGE("v11 runs v5 on this GPU");
+    return;
+  }
+  check_same_bits_walk("v11", "v10");
 }
 
 TEST_CASE("05 cublas (materialised baseline): conformance battery in fp32, fp16 and bf16") {

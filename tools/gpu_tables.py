@@ -38,7 +38,7 @@ from bench_tables import rewrite_readmes  # the README walk, shared (same folder
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BLOCK = re.compile(r"(<!-- gpu:(?P<kind>\w+):(?P<src>[^ :]+)(?::(?P<arg>[^ ]+))? -->\n)(?P<body>.*?)(<!-- /gpu -->)", re.S)
-VERSIONS = ["fa05 v1", "fa05 v2", "fa05 v3", "fa05 v4", "fa05 v5", "fa05 v6", "fa05 v7", "fa05 v8", "fa05 v9", "fa05 v10"]
+VERSIONS = ["fa05 v1", "fa05 v2", "fa05 v3", "fa05 v4", "fa05 v5", "fa05 v6", "fa05 v7", "fa05 v8", "fa05 v9", "fa05 v10", "fa05 v11"]
 IMPLS = VERSIONS + ["fa05 cublas", "sdpa flash", "sdpa cudnn", "sdpa efficient", "sdpa math"]
 
 
@@ -63,9 +63,9 @@ def compare_table(src, dtype, link):
     rows = [r for r in data["rows"] if r["dtype"] == dtype]
     impls = [i for i in IMPLS if any(r["impl"] == i and r["ms"] for r in rows)]
     head = "| d | causal | N | B x H | " + " | ".join(f"`{i}`" for i in impls)
-    last = next((v for v in reversed(VERSIONS[1:]) if v in impls), None)  # the newest tensor-core version
-    has_flash = "sdpa flash" in impls and last is not None
-    head += f" | {last.split()[1]} / flash |" if has_flash else " |"
+    tensor_core = [v for v in VERSIONS[1:] if v in impls]
+    has_flash = "sdpa flash" in impls and bool(tensor_core)
+    head += " | newest / flash |" if has_flash else " |"
     out = [head, "|" + "---:|" * (4 + len(impls) + (1 if has_flash else 0))]
     keys = sorted({(r["d"], r["causal"], r["N"]) for r in rows})
     for d, causal, n in keys:
@@ -76,7 +76,10 @@ def compare_table(src, dtype, link):
             r = cell.get(i)
             line += f" {r['tflops']:.1f} |" if r and r["tflops"] else " - |"
         if has_flash:
-            v2, fl = cell.get(last), cell.get("sdpa flash")
+            # The newest version that runs itself at this point (v11 at d = 128; v9 at d = 64, where
+            # v10 and v11 would run v9).
+            newest = next((v for v in reversed(tensor_core) if cell.get(v) and cell[v]["tflops"]), None)
+            v2, fl = cell.get(newest), cell.get("sdpa flash")
             line += f" {v2['tflops'] / fl['tflops']:.2f} |" if v2 and fl and v2["tflops"] and fl["tflops"] else " - |"
         out.append(line)
     out.append("")
@@ -84,7 +87,11 @@ def compare_table(src, dtype, link):
                f"measured {data['date']} on an {data['device']} (PyTorch {data['torch']}, CUDA {data['cuda']}, "
                f"cuDNN {data['cudnn']}) by `scripts/gpu_check.sh` (`python3 tools/compare_torch.py --lib "
                f"build-gpu/05_cuda_tiled/libfa05.so --json ...`); `-`: the backend refuses the dtype, or its S and P "
-               f"would pass 40 GiB, or the kernel falls back to another there (v8 and v10 at d = 64 run v7 and v9); source: [{src}]({link}).")
+               f"would pass 40 GiB, or the kernel falls back to another there (v8 at d = 64 runs v7, v10 and v11 run v9)"
+               + ("; newest / flash: the newest version that runs at that point"
+                  + (" (v11 at d = 128, v9 at d = 64)" if "fa05 v11" in impls
+                     else " (v10 at d = 128, v9 at d = 64)" if "fa05 v10" in impls else "")
+                  + " against SDPA's flash backend" if has_flash else "") + f"; source: [{src}]({link}).")
     return "\n".join(out) + "\n"
 
 
@@ -186,7 +193,7 @@ def shape_table(src, kernel, link):
     for b in rows:
         a = args(b["name"])
         tf[(a["Br"], a["Bc"], a["d"], a["causal"], a["N"])] = b["TFLOP/s"]
-    rows_per_warp = 32 if kernel == "v6" else 16  # v5, v7 ... v10: 16 rows per warp
+    rows_per_warp = 32 if kernel == "v6" else 16  # v5, v7 ... v11: 16 rows per warp
     out = ["| Br x Bc | warps | " + " | ".join(f"d={d} {'c' if c else 'nc'} N={n}" for d, c, n in cols) + " |",
            "|---|---:|" + "---:|" * len(cols)]
     for br, bc in shapes:
