@@ -23,8 +23,8 @@ int main(int argc, char** argv) {
     bwd::backward<float>(p, Q, K, V, O, dO, LSE, dQ, dK, dV, blk);
   };
   std::string device = "cpu", bwd_kernel;
-  fa::DType gpu_dtype = fa::DType::fp32;  // set by the GPU precheck
 #ifdef FA06_GPU
+  fa::DType gpu_dtype = fa::DType::fp32;  // set by the GPU precheck
   // The GPU stage, chosen after the flags are parsed (forward_for runs then, before anything else).
   stage.forward_for = [&](fa::DType t) {
     if (device == "gpu") {
