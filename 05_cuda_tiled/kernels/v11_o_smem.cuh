@@ -18,7 +18,8 @@
 // The staging needs no barrier across warps: the wgmma products read Q from registers, and each
 // warp reads (ldmatrix) and now writes only its own 16 rows of the Q buffer, so a __syncwarp
 // orders a warp's writes before its reads. The buffer's next use, the Q_i of the tile after the
-// next (cp.async, issued in the next tile's last key block), comes after that tile's barriers.
+// next (cp.async, issued in the next tile's last key block, or where the next tile sees no key),
+// comes after a barrier of the next tile.
 //
 // Compiles for what v10 does; the runner launches it where v10 runs (d = 128, sm_90a).
 #pragma once
