@@ -93,10 +93,12 @@ def versions(rows, data, out, n=8192):
     fig, axes = plt.subplots(1, 4, figsize=(15, 4), sharey=True)
     for ax, (d, causal) in zip(axes, [(64, False), (64, True), (128, False), (128, True)]):
         at = {r["impl"]: r["tflops"] for r in rows if r["N"] == n and r["d"] == d and r["causal"] == causal}
-        vals = [at.get(v, 0) for v in names]
-        ax.bar([v.split()[1] for v in names], vals, color=[STYLE[v][0] for v in names])
+        # A version with no row at this point falls back to another there (v8 at d = 64 runs v7,
+        # v10 and v11 run v9): no bar, a "-" as in the tables.
+        vals = [at.get(v) for v in names]
+        ax.bar([v.split()[1] for v in names], [y or 0 for y in vals], color=[STYLE[v][0] for v in names])
         for x, y in enumerate(vals):
-            ax.text(x, y, f"{y:.0f}", ha="center", va="bottom", fontsize=8)
+            ax.text(x, y or 0, f"{y:.0f}" if y else "-", ha="center", va="bottom", fontsize=8)
         for ref, ls in (("sdpa flash", "--"), ("sdpa cudnn", ":")):
             if ref in at:
                 ax.axhline(at[ref], color="black", ls=ls, lw=1, label=f"{ref} {at[ref]:.0f}")
@@ -104,7 +106,8 @@ def versions(rows, data, out, n=8192):
         ax.legend(fontsize=7, loc="upper left")
         ax.grid(True, axis="y", alpha=0.3)
     axes[0].set_ylabel("TFLOP/s (bf16 forward)")
-    fig.suptitle(f"Stage 05, one idea per version, {data['device']}, {data['date']} (tools/compare_torch.py)")
+    fig.suptitle(f"Stage 05, one idea per version, {data['device']}, {data['date']} (tools/compare_torch.py; "
+                 "-: falls back to another version there)")
     fig.tight_layout()
     path = os.path.join(out, "gpu_versions.png")
     fig.savefig(path, dpi=110)
