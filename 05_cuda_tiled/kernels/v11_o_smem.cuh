@@ -6,14 +6,18 @@
 //   each thread stores its accumulator's pairs      each warp puts its 16 rows of O_i / l into
 //   straight to HBM: 4 bytes per lane, so a warp's  the tile's Q buffer (free once its last S is
 //   store covers 16 bytes of each of 8 rows, and    done), then copies them out 16 bytes per
-//   every 32-byte sector of O is written in two     lane: a warp's store covers whole rows, each
-//   halves by two instructions                      sector written once
+//   every 32-byte sector of O is written in two     lane: a warp's store covers two whole rows
+//   halves by two instructions                      (256 bytes each at D = 128, bf16), each
+//                                                   sector written once; per thread 32 STS.32
+//                                                   and 8 LDS.128 more, 8 STG.128 instead of
+//                                                   32 STG.32
 //
-// Why: ncu on the H200 (README, v10, "Where that leaves small N") counts 3.15 M excess global
-// sectors from uncoalesced accesses in v10 at every N of the papers' grid (B N fixed, so O has
-// the same size everywhere): 13 % of all its sectors at N = 512, 1 % at N = 8192, and ncu
-// estimates 11.8 % of v10's time at N = 512 behind them. At N = 512 a tile has only 4 key blocks,
-// so its end is a large share of it.
+// Why: ncu on the H200 (README, v10, "Measuring small N") counts 3.15 M excess global sectors
+// from uncoalesced accesses in v10 at every N of the papers' grid (B N fixed, so O has the same
+// size everywhere): 13 % of all its sectors at N = 512, 1 % at N = 8192, and ncu estimates 11.8 %
+// of v10's time at N = 512 behind them. O written in half sectors accounts for 2.10 M of them
+// (64 MiB of O in 32-byte sectors). At N = 512 a tile has only 4 key blocks, so its end is a
+// large share of it.
 //
 // The staging needs no barrier across warps: the wgmma products read Q from registers, and each
 // warp reads (ldmatrix) and now writes only its own 16 rows of the Q buffer, so a __syncwarp
