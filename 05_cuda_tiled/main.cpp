@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
                             {"threads", pl.threads},  {"blocks", pl.blocks},
                             {"smem_bytes", pl.smem_bytes}, {"workspace_bytes", pl.workspace_bytes}};
         text << "  kernel   : " << kernel << " on " << fa::gpu_description() << "; " << pl.blocks
-             << (pl.runs == "v8" || pl.runs == "v10" || pl.runs == "v11" ? " tiles for persistent thread blocks" : " thread blocks") << " of " << pl.threads
+             << (fa05::kernel_info(pl.runs).persistent ? " tiles for persistent thread blocks" : " thread blocks") << " of " << pl.threads
              << " threads, " << pl.smem_bytes << " bytes of shared memory each";
         if (pl.Br > 0) text << ", Br = " << pl.Br << ", Bc = " << pl.Bc;
         text << "\n";

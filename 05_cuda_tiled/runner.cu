@@ -33,43 +33,45 @@
 namespace fa05 {
 
 const std::vector<KernelInfo>& kernels() {
+  // name, file, idea, P_in_dtype, max_d, then tensor_cores, wgmma, shaped, persistent, tile_counter
+  // (runner.hpp says what each means).
   static const std::vector<KernelInfo> list = {
       {"v1", "kernels/v1_smem_fp32.cuh",
        "stage 04's loop in shared memory: a thread block per (batch, head, query block), fp32",
-       false, 256},
+       false, 256, false, false, false, false, false},
       {"v2", "kernels/v2_fa2_mma.cuh",
        "FA2 work split on tensor cores: 4 warps x 16 rows, mma.sync + ldmatrix, S/P/O in registers",
-       true, 256},
+       true, 256, true, false, false, false, false},
       {"v3", "kernels/v3_cp_async.cuh",
        "v2 + K/V loads overlapped with the math: cp.async into two buffers, one block ahead",
-       true, 256},
+       true, 256, true, false, false, false, false},
       {"v4", "kernels/v4_exp2.cuh",
        "v3 + fewer instructions per score: exp2 with the scale folded in (FFMA + EX2), int masks",
-       true, 256},
+       true, 256, true, false, false, false, false},
       {"v5", "kernels/v5_shape.cuh",
        "v4 + the block shape per d chosen by measurement, causal's heaviest query blocks first",
-       true, 256},
+       true, 256, true, false, true, false, false},
       {"v6", "kernels/v6_warp_rows.cuh",
        "v5 + 32 query rows per warp: each K/V fragment feeds two mma, twice the work in flight",
-       true, 256},
+       true, 256, true, false, true, false, false},
       {"v7", "kernels/v7_wgmma.cuh",
        "v5 on Hopper's wgmma: a warpgroup per 64 rows, K and V read by the tensor cores from shared memory",
-       true, 256},
+       true, 256, true, true, true, false, false},
       {"v8", "kernels/v8_persistent.cuh",
        "v7 + persistent blocks: one per SM walks the tiles, loading the next tile's Q, K, V during the last block",
-       true, 256},
+       true, 256, true, true, true, true, false},
       {"v9", "kernels/v9_overlap.cuh",
        "v7 + the softmax of block j overlapped with the tensor cores' P V of block j-1 (FA3's intra-warpgroup pipelining)",
-       true, 256},
+       true, 256, true, true, true, false, false},
       {"v10", "kernels/v10_scheduler.cuh",
        "v9 in persistent blocks that take tiles from an atomic counter, copying the next tile's Q, K during the last block",
-       true, 256},
+       true, 256, true, true, true, true, true},
       {"v11", "kernels/v11_o_smem.cuh",
        "v10 + O written through shared memory: 16-byte stores, whole rows per warp store, each sector written once",
-       true, 256},
+       true, 256, true, true, true, true, true},
       {"cublas", "kernels/baseline_cublas.cuh",
        "materialised baseline: cuBLAS S = QK^T, softmax kernel, cuBLAS O = PV; S, P in HBM",
-       true, 1 << 16},
+       true, 1 << 16, false, false, false, false, false},
   };
   return list;
 }
@@ -256,9 +258,6 @@ struct V11 {  // v10's shapes and shared memory (O is staged in the tile's Q buf
   static int64_t smem(int64_t d, int64_t warps, int64_t Bc) { return v11::smem_bytes(int(d), int(warps), int(Bc)); }
 };
 
-// The persistent versions: as many blocks as stay resident, each walking tiles.
-bool persistent(const std::string& k) { return k == "v8" || k == "v10" || k == "v11"; }
-
 // Ver's shapes at head dim d, as (Br, Bc).
 template <class Ver, class... S>
 std::vector<BlockShape> shape_list(int64_t d, std::tuple<S...>*) {
@@ -282,7 +281,7 @@ void tc_launch(const fa::AttnProblem& p, fa::DType dtype, const void* Q, const v
     auto* kernel_fn = make(tag, d_tag);
     set_smem(kernel_fn, pl.smem_bytes);
     int64_t grid = pl.blocks;
-    if (persistent(pl.runs)) {  // as many blocks as stay resident at once, each walks tiles
+    if (kernel_info(pl.runs).persistent) {  // as many blocks as stay resident at once, each walks tiles
       int dev = 0, sms = 0, per_sm = 0;
       FA_CUDA_CHECK(cudaGetDevice(&dev));
       FA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -402,13 +401,11 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
                       std::to_string(p.d));
   Plan pl;
   pl.runs = kernel;
-  const bool tensor_cores = kernel == "v2" || kernel == "v3" || kernel == "v4" || kernel == "v5" || kernel == "v6" ||
-                            kernel == "v7" || kernel == "v8" || kernel == "v9" || kernel == "v10" || kernel == "v11";
-  if (tensor_cores && (dtype == fa::DType::fp32 || (p.d != 64 && p.d != 128))) {
+  if (info.tensor_cores && (dtype == fa::DType::fp32 || (p.d != 64 && p.d != 128))) {
     pl.runs = "v1";
     pl.note = kernel + " runs fp16/bf16 at d = 64 or 128 (tensor cores); ran v1 for " +
               fa::dtype_name(dtype) + " at d = " + std::to_string(p.d);
-  } else if (kernel == "v7" || kernel == "v8" || kernel == "v9" || kernel == "v10" || kernel == "v11") {
+  } else if (info.wgmma) {
     const int sm = cfg.sm > 0 ? cfg.sm : fa::gpu_compute_capability();
 #if FA05_HAVE_SM90A
     constexpr bool built = true;
@@ -435,15 +432,14 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
       pl.runs = "v9";
       pl.note = "v11 runs d = 128 only (as v10: at d = 64 its registers cost v9's second block per SM): ran v9";
     }
-    if (persistent(kernel) && pl.runs != kernel && cfg.persistent_blocks > 0)
+    if (info.persistent && pl.runs != kernel && cfg.persistent_blocks > 0)
       pl.note += "; --persistent-blocks does not apply to " + pl.runs;
   }
   // The knobs mean nothing to the other kernels: refuse them rather than ignore them. v1 takes
   // all three; v5, v6 and v7 take a block shape they are compiled for (--block-q, --block-k).
-  const bool runs_shaped =
-      pl.runs == "v5" || pl.runs == "v6" || pl.runs == "v7" || pl.runs == "v8" || pl.runs == "v9" || pl.runs == "v10" ||
-      pl.runs == "v11";
-  if (cfg.persistent_blocks > 0 && !persistent(kernel))  // v8, v10 or v11 that falls back ignores it
+  const KernelInfo& runs = kernel_info(pl.runs);
+  const bool runs_shaped = runs.shaped;
+  if (cfg.persistent_blocks > 0 && !info.persistent)  // v8, v10 or v11 that falls back ignores it
     throw Unsupported("--persistent-blocks", "only with v8, v10 or v11", "kernel " + kernel);
   if (pl.runs != "v1" && (cfg.sram_bytes > 0 || ((cfg.Br > 0 || cfg.Bc > 0) && !runs_shaped)))
     throw Unsupported(runs_shaped ? "--sram-bytes" : "--sram-bytes/--block-q/--block-k",
@@ -502,8 +498,8 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
     pl.threads = 32 * warps;
     pl.smem_bytes = smem(pl.Br, pl.Bc);
     pl.blocks = p.B * p.H * ceil_div(p.N_q, pl.Br);
-    if (persistent(pl.runs)) pl.persistent_blocks = cfg.persistent_blocks;
-    if (pl.runs == "v10" || pl.runs == "v11") pl.workspace_bytes = int64_t(sizeof(unsigned));  // the tile counter
+    if (runs.persistent) pl.persistent_blocks = cfg.persistent_blocks;
+    if (runs.tile_counter) pl.workspace_bytes = int64_t(sizeof(unsigned));
   } else if (pl.runs == "v1") {
     v1_blocks(p, cfg, pl.Br, pl.Bc);
     pl.threads = v1::kThreads;

@@ -50,6 +50,13 @@ struct KernelInfo {
   bool P_in_dtype;    // multiplies P in 16 bits when the dtype is fp16/bf16 (the battery's
                       // baseline then rounds P too: conformance.hpp)
   int64_t max_d;      // largest head dimension it supports
+  // What plan() and the launch need to know about it (kernels(): one row per version says it once):
+  bool tensor_cores = false;  // fp16/bf16 at d = 64 and 128 only (v2 ... v11; else v1 runs)
+  bool wgmma = false;         // sm_90a only (v7 ... v11; else v5 runs, at the same block shape)
+  bool shaped = false;        // takes --block-q/--block-k among block_shapes() (v5 ... v11)
+  bool persistent = false;    // as many blocks as stay resident, each walking tiles; takes
+                              // --persistent-blocks (v8, v10, v11)
+  bool tile_counter = false;  // its tiles come from a 4-byte counter, the call's workspace (v10, v11)
 };
 
 // Every kernel, in course order.

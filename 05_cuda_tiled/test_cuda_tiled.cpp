@@ -67,9 +67,7 @@ const int64_t kRaggedSizes[][2] = {{1, 1},       {1, 200},   {17, 17},    {63, 6
 
 // v7 ... v11 run only on sm_90 (elsewhere their plan runs v5, and says so); v8 runs only d = 128
 // (at d = 64 its plan runs v7), v10 and v11 too (their plan runs v9).
-bool runs_itself(const std::string& k) {
-  return (k != "v7" && k != "v8" && k != "v9" && k != "v10" && k != "v11") || fa::gpu_compute_capability() == 90;
-}
+bool runs_itself(const std::string& k) { return !fa05::kernel_info(k).wgmma || fa::gpu_compute_capability() == 90; }
 std::string expected_runs(const std::string& k, int64_t d) {
   if (!runs_itself(k)) return "v5";
   if (d == 64 && (k == "v8" || k == "v10" || k == "v11")) return k == "v8" ? "v7" : "v9";
