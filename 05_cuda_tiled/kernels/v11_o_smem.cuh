@@ -272,11 +272,12 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
     }
     __syncwarp();  // this warp's 16 rows are in; no other warp touches them
     constexpr int kLanesPerRow = D * int(sizeof(T)) / 16;  // 16-byte pieces per row: 16 at D = 128
-    T* out = O + p.q_offset(b, h, r0 + warp * 16);         // this warp's first row (rows are D apart)
     for (int rr = lane / kLanesPerRow; rr < 16; rr += 32 / kLanesPerRow) {
       const int col = lane % kLanesPerRow * 8;
-      if (r0 + warp * 16 + rr < p.N_q)  // ragged N_q: rows past it are not written
-        *reinterpret_cast<uint4*>(out + rr * D + col) = *reinterpret_cast<const uint4*>(Os + (warp * 16 + rr) * P + col);
+      const int64_t i = r0 + warp * 16 + rr;
+      // Ragged N_q: rows past it are not written, and no pointer to them is formed.
+      if (i < p.N_q)
+        *reinterpret_cast<uint4*>(O + p.q_offset(b, h, i) + col) = *reinterpret_cast<const uint4*>(Os + (warp * 16 + rr) * P + col);
     }
     // The claim from this tile's start, for the tile after the next: slot (k + 1) % 2 was last
     // read in tile k - 1, before this tile's first barrier. The next tile reads it after its own.
