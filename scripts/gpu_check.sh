@@ -87,6 +87,10 @@ if has sass; then
     python3 tools/sass_counts.py "$LOG/sass.txt"
   } >"$LOG/sass_summary.txt" 2>&1
   SUMMARY+=("$(printf '%-22s %-6s %5ss  %s' sass ok 0 "kernels with local-memory instructions (LDL/STL): $(grep -cE ' (LDL|STL)=[1-9]' "$LOG/sass_summary.txt")")")
+  # Per wgmma kernel: the softmax's exponentials that ptxas left between "wait until one wgmma group
+  # is left" and "wait for all", i.e. beside the warpgroup's own P V (0 for v9 ... v11 with CUDA
+  # 13.0: 05 README, "Tried after v11").
+  NOTE="v11::" step sass_overlap 30 python3 tools/sass_overlap.py "$LOG/sass.txt"
 fi
 
 if has sanitize; then
