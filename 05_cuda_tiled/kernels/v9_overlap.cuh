@@ -26,6 +26,12 @@
 // P V that reads a has finished (packing into a second array and copying it over a also drew
 // C7513).
 //
+// And ptxas may wait earlier than the source says, without a message: in the SASS (CUDA 13.0) the
+// wait for P V (wgmma_wait<0>) sits before the softmax's first exp, not after its last, so both
+// products run as one batch and the softmax waits for them (README, v9; tools/sass_overlap.py
+// counts the exps between the two waits: 0 here). Moving the wait where ptxas keeps it was
+// measured slower (README, "Tried after v11").
+//
 // The online softmax invariant (FA2 Algorithm 1, lines 9-10), shifted by one block: at the start of
 // iteration j, O holds sum_{k < j-1} P~_k V_k relative to m_{j-2}, and P~_{j-1} (relative to
 // m_{j-1}) waits in registers. O *= alpha_{j-1} = exp(m_{j-2} - m_{j-1}) first makes O relative
