@@ -61,7 +61,7 @@ const std::vector<KernelInfo>& kernels() {
        "v7 + persistent blocks: one per SM walks the tiles, loading the next tile's Q, K, V during the last block",
        true, 256, true, true, true, true, false},
       {"v9", "kernels/v9_overlap.cuh",
-       "v7 + the softmax of block j overlapped with the tensor cores' P V of block j-1 (FA3's intra-warpgroup pipelining)",
+       "v7 + S_j issued with P V of block j-1, for the softmax to run beside it (FA3's intra-warpgroup pipelining; as compiled, ptxas waits for both first)",
        true, 256, true, true, true, false, false},
       {"v10", "kernels/v10_scheduler.cuh",
        "v9 in persistent blocks that take tiles from an atomic counter, copying the next tile's Q, K during the last block",

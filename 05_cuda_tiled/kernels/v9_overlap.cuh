@@ -29,8 +29,8 @@
 // And ptxas may wait earlier than the source says, without a message: in the SASS (CUDA 13.0) the
 // wait for P V (wgmma_wait<0>) sits before the softmax's first exp, not after its last, so both
 // products run as one batch and the softmax waits for them (README, v9; tools/sass_overlap.py
-// counts the exps between the two waits: 0 here). Moving the wait where ptxas keeps it was
-// measured slower (README, "Tried after v11").
+// counts the exps between the two waits: 0 here). Moving the wait where ptxas keeps it, tried
+// on v11, was measured slower (README, "Tried after v11").
 //
 // The online softmax invariant (FA2 Algorithm 1, lines 9-10), shifted by one block: at the start of
 // iteration j, O holds sum_{k < j-1} P~_k V_k relative to m_{j-2}, and P~_{j-1} (relative to
