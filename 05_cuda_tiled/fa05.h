@@ -44,7 +44,7 @@ FA05_API int fa05_forward(const char* kernel, const void* Q, const void* K, cons
                  int causal, float scale, void* stream);
 
 /* Bytes of GPU workspace fa05_forward allocates for this problem (0 for the FlashAttention
- * kernels but v10 and v11, whose tile counter takes 4; O(N^2) for "cublas"), written to *bytes.
+ * kernels but v10, v11 and v12, whose tile counter takes 4; O(N^2) for "cublas"), written to *bytes.
  * Returns an fa05_status. */
 FA05_API int fa05_workspace_bytes(const char* kernel, int64_t B, int64_t H, int64_t H_kv, int64_t N_q,
                          int64_t N_k, int64_t d, int dtype, int causal, int64_t* bytes);

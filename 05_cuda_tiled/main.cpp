@@ -1,13 +1,13 @@
 // The 05_cuda_tiled program: the CLI contract of common/cli.hpp around one kernel version of
 // runner.hpp, on the GPU, plus
-//   --kernel NAME    which version: v1 (default), v2 ... v11 (tensor cores), cublas (the
+//   --kernel NAME    which version: v1 (default), v2 ... v12 (tensor cores), cublas (the
 //                    materialised baseline)
 //   --dtype T        fp32 (default), fp16 or bf16: Q, K, V are rounded to T, O is stored in T
 //   --sram-bytes M   v1: the shared memory the blocks are sized from (default 48 KiB)
 //   --block-q Br     v1: query rows per block   (default: min(Bc, d), FA1 Alg. 1 line 1)
 //   --block-k Bc     v1: key rows per block     (default: ceil(M / 4d), M in floats)
-//                    v5 ... v11 take both too, among their compiled shapes (default: the sweep's winner)
-//   --persistent-blocks P  v8, v10, v11: at most P persistent thread blocks (default: as many as stay resident)
+//                    v5 ... v12 take both too, among their compiled shapes (default: the sweep's winner)
+//   --persistent-blocks P  v8, v10 ... v12: at most P persistent thread blocks (default: as many as stay resident)
 // Without a GPU it exits with code 2 and one line, like any other unusable input.
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -44,14 +44,14 @@ int main(int argc, char** argv) {
   return fa::stage_main(
       argc, argv, stage,
       [&](CLI::App& app) {
-        app.add_option("--kernel", kernel, "kernel version: v1 (default), v2 ... v11 (tensor cores) or cublas (materialised baseline)");
+        app.add_option("--kernel", kernel, "kernel version: v1 (default), v2 ... v12 (tensor cores) or cublas (materialised baseline)");
         app.add_option("--sram-bytes", cfg.sram_bytes, "v1: shared memory M the blocks are sized from (default 48 KiB)")
             ->check(CLI::Range(int64_t(16), int64_t(1) << 30));
-        app.add_option("--block-q", cfg.Br, "v1, v5 ... v11: Br, query rows per block (v1 default: min(Bc, d))")
+        app.add_option("--block-q", cfg.Br, "v1, v5 ... v12: Br, query rows per block (v1 default: min(Bc, d))")
             ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
-        app.add_option("--block-k", cfg.Bc, "v1, v5 ... v11: Bc, key rows per block (v1 default: ceil(M / 16d), M in bytes: FA1's ceil(M/4d) in floats)")
+        app.add_option("--block-k", cfg.Bc, "v1, v5 ... v12: Bc, key rows per block (v1 default: ceil(M / 16d), M in bytes: FA1's ceil(M/4d) in floats)")
             ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
-        app.add_option("--persistent-blocks", cfg.persistent_blocks, "v8, v10, v11: at most this many persistent thread blocks (default: as many as stay resident)")
+        app.add_option("--persistent-blocks", cfg.persistent_blocks, "v8, v10 ... v12: at most this many persistent thread blocks (default: as many as stay resident)")
             ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
       },
       [&](const fa::Inputs&, nlohmann::json& report, std::ostream& text) {

@@ -2,6 +2,8 @@
 // Each kernel file holds its kernel; the host-side arithmetic of a launch (block sizes, grid,
 // shared memory, workspace) lives here, once, in plan().
 #include <cublas_v2.h>
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -28,6 +30,7 @@
 #include "kernels/v9_overlap.cuh"
 #include "kernels/v10_scheduler.cuh"
 #include "kernels/v11_o_smem.cuh"
+#include "kernels/v12_warp_specialized.cuh"
 #include "runner.hpp"
 
 namespace fa05 {
@@ -68,6 +71,9 @@ const std::vector<KernelInfo>& kernels() {
        true, 256, true, true, true, true, true},
       {"v11", "kernels/v11_o_smem.cuh",
        "v10 + O written through shared memory: 16-byte stores, whole rows per warp store, each sector written once",
+       true, 256, true, true, true, true, true},
+      {"v12", "kernels/v12_warp_specialized.cuh",
+       "v11 + warp specialisation: one producer thread copies Q, K, V with TMA into buffers tracked by mbarriers; the compute warpgroups wait per buffer, not on each other (FA3)",
        true, 256, true, true, true, true, true},
       {"cublas", "kernels/baseline_cublas.cuh",
        "materialised baseline: cuBLAS S = QK^T, softmax kernel, cuBLAS O = PV; S, P in HBM",
@@ -257,6 +263,19 @@ struct V11 {  // v10's shapes and shared memory (O is staged in the tile's Q buf
   static auto kernel() { return v11::forward_kernel<T, D, W, C>; }
   static int64_t smem(int64_t d, int64_t warps, int64_t Bc) { return v11::smem_bytes(int(d), int(warps), int(Bc)); }
 };
+struct V12 {  // v11's shapes and shared memory; a producer warpgroup on top of the W consumer warps
+  static constexpr int rows_per_warp = 16, extra_threads = v12::kProducerThreads;
+  using Shapes = V10Shapes;
+  template <class T, int D, int W, int C>
+  static auto kernel() { return v12::forward_kernel<T, D, W, C>; }
+  static int64_t smem(int64_t d, int64_t warps, int64_t Bc) { return v12::smem_bytes(int(d), int(warps), int(Bc)); }
+};
+// Threads a version launches beyond its W compute warps (v12: the producer warpgroup).
+template <class Ver>
+constexpr int extra_threads() {
+  if constexpr (requires { Ver::extra_threads; }) return Ver::extra_threads;
+  return 0;
+}
 
 // Ver's shapes at head dim d, as (Br, Bc).
 template <class Ver, class... S>
@@ -270,9 +289,9 @@ std::vector<BlockShape> shape_list(int64_t d) {
   return shape_list<Ver>(d, static_cast<typename Ver::Shapes*>(nullptr));
 }
 
-// Launches a tensor-core kernel (v2 ... v11) for the dtype and head dim of the problem:
+// Launches a tensor-core kernel (v2 ... v12) for the dtype and head dim of the problem:
 // make(T, D) returns the kernel function for T = __half/__nv_bfloat16, D = 64/128; extra...
-// follow the common arguments (v10, v11: the tile counter).
+// follow the common arguments (v10 ... v12: the tile counter; v12: then its tensor maps).
 template <class Make, class... Extra>
 void tc_launch(const fa::AttnProblem& p, fa::DType dtype, const void* Q, const void* K, const void* V,
                void* O, float* LSE, const Plan& pl, cudaStream_t stream, Make make, Extra... extra) {
@@ -305,7 +324,7 @@ void tc_launch(const fa::AttnProblem& p, fa::DType dtype, const void* Q, const v
 // and is never launched: a plan with d > max_d does not match.)
 template <class Ver, class S, class Go>
 bool if_shape(const Plan& pl, int64_t d, Go go) {
-  if (pl.threads != 32 * S::warps || pl.Bc != S::Bc || d > S::max_d) return false;
+  if (pl.threads != 32 * S::warps + extra_threads<Ver>() || pl.Bc != S::Bc || d > S::max_d) return false;
   go([](auto t, auto dt) {
     constexpr int D = decltype(dt)::value <= S::max_d ? decltype(dt)::value : 64;
     return Ver::template kernel<decltype(t), D, S::warps, S::Bc>();
@@ -319,6 +338,35 @@ bool dispatch_shape(const Plan& pl, int64_t d, Go go, std::tuple<S...>*) {
 template <class Ver, class Go>
 bool dispatch_shape(const Plan& pl, int64_t d, Go go) {
   return dispatch_shape<Ver>(pl, d, go, static_cast<typename Ver::Shapes*>(nullptr));
+}
+
+// A TMA tensor map (v12) of a row-major (slices, rows, d) tensor of 16-bit elements at base: boxes
+// of 64 columns x box_rows rows of one slice, written to shared memory in the 128-byte swizzle
+// (v7's layout); rows past `rows` read as zeros. CUDA driver API, cuTensorMapEncodeTiled ("Tensor
+// Map Object Management"), reached through the runtime so the build links no libcuda. Host only:
+// no GPU work. Throws fa::CudaError if the driver has no such entry point or refuses the map (it
+// checks alignment: base and row pitch 16-byte aligned, which plan() and check_alignment ensure).
+CUtensorMap tensor_map_3d(const void* base, fa::DType dtype, int64_t d, int64_t rows, int64_t slices, int box_rows) {
+  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    FA_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found));
+    if (found != cudaDriverEntryPointSuccess || fn == nullptr)
+      throw fa::CudaError(cudaErrorNotSupported, "CUDA driver: no cuTensorMapEncodeTiled (TMA needs a CUDA 12 driver)");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  const cuuint64_t elem = cuuint64_t(fa::dtype_bytes(dtype));
+  const cuuint64_t dims[3] = {cuuint64_t(d), cuuint64_t(rows), cuuint64_t(slices)};
+  const cuuint64_t strides[2] = {cuuint64_t(d) * elem, cuuint64_t(rows) * cuuint64_t(d) * elem};  // bytes, dims 1, 2
+  const cuuint32_t box[3] = {cuuint32_t(v12::kBoxCols), cuuint32_t(box_rows), 1};
+  const cuuint32_t step[3] = {1, 1, 1};
+  CUtensorMap map;
+  const CUresult r = encode(&map, dtype == fa::DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                            3, const_cast<void*>(base), dims, strides, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw fa::CudaError(cudaErrorInvalidValue, "cuTensorMapEncodeTiled refused a tensor map (CUresult " + std::to_string(int(r)) + ")");
+  return map;
 }
 
 void tc_forward(const fa::AttnProblem& p, fa::DType dtype, const void* Q, const void* K, const void* V,
@@ -341,13 +389,21 @@ void tc_forward(const fa::AttnProblem& p, fa::DType dtype, const void* Q, const 
     found = dispatch_shape<V8>(pl, p.d, go);
   else if (pl.runs == "v9")
     found = dispatch_shape<V9>(pl, p.d, go);
-  else if (pl.runs == "v10" || pl.runs == "v11") {
-    // The tile scheduler of v10 (and v11): one counter, zeroed on the stream before the launch,
+  else if (pl.runs == "v10" || pl.runs == "v11" || pl.runs == "v12") {
+    // The tile scheduler of v10 (and v11, v12): one counter, zeroed on the stream before the launch,
     // freed after it (stream-ordered, so concurrent calls on other streams each have their own).
     fa::DeviceBuffer<unsigned> counter(1, fa::Mem::Extra, stream);
     FA_CUDA_CHECK(cudaMemsetAsync(counter.get(), 0, sizeof(unsigned), stream));
     const auto go_counter = [&](auto make) { tc_launch(p, dtype, Q, K, V, O, LSE, pl, stream, make, counter.get()); };
-    found = pl.runs == "v10" ? dispatch_shape<V10>(pl, p.d, go_counter) : dispatch_shape<V11>(pl, p.d, go_counter);
+    if (pl.runs == "v12") {  // and v12's copies: a tensor map per Q, K, V (one box: 64 columns x Br or Bc rows)
+      const CUtensorMap tm_q = tensor_map_3d(Q, dtype, p.d, p.N_q, p.B * p.H, int(pl.Br));
+      const CUtensorMap tm_k = tensor_map_3d(K, dtype, p.d, p.N_k, p.B * p.H_kv, int(pl.Bc));
+      const CUtensorMap tm_v = tensor_map_3d(V, dtype, p.d, p.N_k, p.B * p.H_kv, int(pl.Bc));
+      found = dispatch_shape<V12>(pl, p.d, [&](auto make) {
+        tc_launch(p, dtype, Q, K, V, O, LSE, pl, stream, make, counter.get(), tm_q, tm_k, tm_v);
+      });
+    } else
+      found = pl.runs == "v10" ? dispatch_shape<V10>(pl, p.d, go_counter) : dispatch_shape<V11>(pl, p.d, go_counter);
   } else
     found = false;
   if (!found)  // plan() checked the shape: unreachable unless the two disagree
@@ -364,6 +420,7 @@ std::vector<BlockShape> block_shapes(const std::string& kernel, int64_t d) {
   if (kernel == "v9") return shape_list<V9>(d);
   if (kernel == "v10") return shape_list<V10>(d);
   if (kernel == "v11") return shape_list<V11>(d);
+  if (kernel == "v12") return shape_list<V12>(d);
   return {};
 }
 
@@ -390,6 +447,8 @@ BlockShape default_shape(const std::string& kernel, int64_t d) {
   if (kernel == "v10") return default_shape("v9", d);
   // v11: v10's (the O write does not change what fits).
   if (kernel == "v11") return default_shape("v10", d);
+  // v12: v11's (the producer's registers and barriers do not change what fits).
+  if (kernel == "v12") return default_shape("v11", d);
   return {0, 0};
 }
 
@@ -413,7 +472,7 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
     constexpr bool built = false;  // v7's kernels are compiled only into sm_90a code
 #endif
     if (!built || (sm > 0 && sm != 90)) {
-      pl.runs = "v5";  // every v7 (v8 ... v11) shape is a v5 shape (V7Shapes)
+      pl.runs = "v5";  // every v7 (v8 ... v12) shape is a v5 shape (V7Shapes)
       pl.note = !built ? kernel + " needs a build for sm_90a (wgmma); this one has none: ran v5"
                        : kernel + " runs on sm_90 only (wgmma); ran v5 on this sm_" + std::to_string(sm) + " GPU";
     } else if (kernel == "v8" && p.d == 64) {
@@ -431,6 +490,10 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
       // v10's kernel with another ending: the same reason, not measured again.
       pl.runs = "v9";
       pl.note = "v11 runs d = 128 only (as v10: at d = 64 its registers cost v9's second block per SM): ran v9";
+    } else if (kernel == "v12" && p.d == 64) {
+      // v11's consumers with a producer warpgroup on top: the same reason, not measured again.
+      pl.runs = "v9";
+      pl.note = "v12 runs d = 128 only (as v10: at d = 64 its registers cost v9's second block per SM): ran v9";
     }
     if (info.persistent && pl.runs != kernel && cfg.persistent_blocks > 0)
       pl.note += "; --persistent-blocks does not apply to " + pl.runs;
@@ -439,11 +502,11 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
   // all three; v5, v6 and v7 take a block shape they are compiled for (--block-q, --block-k).
   const KernelInfo& runs = kernel_info(pl.runs);
   const bool runs_shaped = runs.shaped;
-  if (cfg.persistent_blocks > 0 && !info.persistent)  // v8, v10 or v11 that falls back ignores it
-    throw Unsupported("--persistent-blocks", "only with v8, v10 or v11", "kernel " + kernel);
+  if (cfg.persistent_blocks > 0 && !info.persistent)  // v8, v10 ... v12 that falls back ignores it
+    throw Unsupported("--persistent-blocks", "only with v8, v10, v11 or v12", "kernel " + kernel);
   if (pl.runs != "v1" && (cfg.sram_bytes > 0 || ((cfg.Br > 0 || cfg.Bc > 0) && !runs_shaped)))
     throw Unsupported(runs_shaped ? "--sram-bytes" : "--sram-bytes/--block-q/--block-k",
-                      runs_shaped ? "only with v1 (" + kernel + " takes --block-q/--block-k)" : "only with v1, v5 ... v11",
+                      runs_shaped ? "only with v1 (" + kernel + " takes --block-q/--block-k)" : "only with v1, v5 ... v12",
                       "kernel " + kernel + ", which runs " + pl.runs + " here");
   if (pl.runs == "v2" || pl.runs == "v3" || pl.runs == "v4") {
     pl.Br = 64, pl.Bc = 64;  // v2::Br, v2::Bc; v3 and v4 keep them
@@ -462,7 +525,8 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
              : pl.runs == "v8" ? V8::smem(p.d, warps, Bc)
              : pl.runs == "v9" ? V9::smem(p.d, warps, Bc)
              : pl.runs == "v10" ? V10::smem(p.d, warps, Bc)
-                                : V11::smem(p.d, warps, Bc);
+             : pl.runs == "v11" ? V11::smem(p.d, warps, Bc)
+                                : V12::smem(p.d, warps, Bc);
     };
     const BlockShape def = default_shape(kernel, p.d);  // v7/v8 -> v5 keeps their shape
     pl.Br = cfg.Br > 0 ? cfg.Br : def.Br;
@@ -495,7 +559,7 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
       }
     }
     const int64_t warps = pl.Br / (pl.runs == "v6" ? V6::rows_per_warp : V5::rows_per_warp);  // v7, v8: 16, as v5
-    pl.threads = 32 * warps;
+    pl.threads = 32 * warps + (pl.runs == "v12" ? extra_threads<V12>() : 0);
     pl.smem_bytes = smem(pl.Br, pl.Bc);
     pl.blocks = p.B * p.H * ceil_div(p.N_q, pl.Br);
     if (runs.persistent) pl.persistent_blocks = cfg.persistent_blocks;

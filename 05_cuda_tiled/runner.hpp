@@ -19,17 +19,17 @@
 
 namespace fa05 {
 
-// Knobs (0 = the default). v1 takes all three; v5 ... v11 take Br and Bc among block_shapes().
+// Knobs (0 = the default). v1 takes all three; v5 ... v12 take Br and Bc among block_shapes().
 struct Config {
   int64_t sram_bytes = 0;  // v1: M, the shared memory (bytes) the blocks are sized from (default 48 KiB)
   int64_t Br = 0;          // query rows per block (v1 default: from M, FA1 Alg. 1 line 1)
   int64_t Bc = 0;          // key/value rows per block (v1 default: from M)
   // The GPU planned for, for plan() alone (forward() always plans for the current device):
-  int sm = 0;                // compute capability major * 10 + minor (v7 ... v11 need 90: wgmma); 0: the
+  int sm = 0;                // compute capability major * 10 + minor (v7 ... v12 need 90: wgmma); 0: the
                              // current device's (fa::gpu_compute_capability()), 90 without one
   int64_t smem_optin = 0;    // shared memory one block may opt in to, bytes; 0: the current
                              // device's (fa::gpu_smem_optin_bytes()), kMaxSmemSm90 without one
-  int64_t persistent_blocks = 0;  // v8, v10, v11: at most this many persistent blocks (0: as many as stay
+  int64_t persistent_blocks = 0;  // v8, v10 ... v12: at most this many persistent blocks (0: as many as stay
                                   // resident); the tests use a few, so each walks many tiles
 };
 
@@ -37,7 +37,7 @@ struct Config {
 struct BlockShape {
   int64_t Br, Bc;
 };
-// The shapes a version with a choice of block shape (v5 ... v11) is compiled for at head dim d (its
+// The shapes a version with a choice of block shape (v5 ... v12) is compiled for at head dim d (its
 // sweep runs them all; empty for the others), and the one it uses by default for d (the sweep's
 // winner).
 std::vector<BlockShape> block_shapes(const std::string& kernel, int64_t d);
@@ -51,12 +51,12 @@ struct KernelInfo {
                       // baseline then rounds P too: conformance.hpp)
   int64_t max_d;      // largest head dimension it supports
   // What plan() and the launch need to know about it (kernels(): one row per version says it once):
-  bool tensor_cores = false;  // fp16/bf16 at d = 64 and 128 only (v2 ... v11; else v1 runs)
-  bool wgmma = false;         // sm_90a only (v7 ... v11; else v5 runs, at the same block shape)
-  bool shaped = false;        // takes --block-q/--block-k among block_shapes() (v5 ... v11)
+  bool tensor_cores = false;  // fp16/bf16 at d = 64 and 128 only (v2 ... v12; else v1 runs)
+  bool wgmma = false;         // sm_90a only (v7 ... v12; else v5 runs, at the same block shape)
+  bool shaped = false;        // takes --block-q/--block-k among block_shapes() (v5 ... v12)
   bool persistent = false;    // as many blocks as stay resident, each walking tiles; takes
-                              // --persistent-blocks (v8, v10, v11)
-  bool tile_counter = false;  // its tiles come from a 4-byte counter, the call's workspace (v10, v11)
+                              // --persistent-blocks (v8, v10 ... v12)
+  bool tile_counter = false;  // its tiles come from a 4-byte counter, the call's workspace (v10 ... v12)
 };
 
 // Every kernel, in course order.
@@ -70,18 +70,18 @@ struct Unsupported : fa::InputError {
   using fa::InputError::InputError;
 };
 
-// How a kernel runs a problem. Host arithmetic: no GPU needed (tested in CI); for v7 ... v11 it asks the
+// How a kernel runs a problem. Host arithmetic: no GPU needed (tested in CI); for v7 ... v12 it asks the
 // current device's compute capability unless Config::sm gives one.
 struct Plan {
-  std::string runs;             // the kernel that runs: the one asked for, or v1 (v5 for v7 ... v11) where it cannot
+  std::string runs;             // the kernel that runs: the one asked for, or v1 (v5 for v7 ... v12) where it cannot
   std::string note;             // why it fell back ("" if it did not)
   int64_t Br = 0, Bc = 0;       // block sizes, rows
   int64_t threads = 0;          // threads per thread block of the main kernel
-  int64_t blocks = 0;           // thread blocks of the main kernel; v8, v10, v11: its tiles (query blocks), which
+  int64_t blocks = 0;           // thread blocks of the main kernel; v8, v10 ... v12: its tiles (query blocks), which
                                 // min(tiles, SMs x resident blocks per SM) persistent blocks run
-  int64_t persistent_blocks = 0;  // v8, v10, v11: Config::persistent_blocks, the cap on those blocks
+  int64_t persistent_blocks = 0;  // v8, v10 ... v12: Config::persistent_blocks, the cap on those blocks
   int64_t smem_bytes = 0;       // shared memory per thread block, bytes
-  int64_t workspace_bytes = 0;  // extra GPU memory the call allocates, bytes (v10, v11: the tile counter)
+  int64_t workspace_bytes = 0;  // extra GPU memory the call allocates, bytes (v10 ... v12: the tile counter)
 };
 
 // The shared memory one thread block may use on an sm_90 GPU (H100/H200), bytes. forward()
@@ -91,17 +91,17 @@ inline constexpr int64_t kMaxSmemSm90 = 227 * 1024;
 // Throws fa::InputError for an invalid problem (fa::validate) and Unsupported for one the kernel
 // cannot run (d > max_d, blocks whose shared memory exceeds kMaxSmemSm90, a grid past 2^31 - 1
 // blocks, a block shape it is not compiled for, a knob the kernel does not take); the message
-// names the flag. The tensor-core versions (v2 ... v11) run fp16/bf16 at d = 64 and 128; for anything
-// else they fall back to v1, and the plan says so (runs, note). v7 ... v11 (wgmma) run on sm_90 only, and
+// names the flag. The tensor-core versions (v2 ... v12) run fp16/bf16 at d = 64 and 128; for anything
+// else they fall back to v1, and the plan says so (runs, note). v7 ... v12 (wgmma) run on sm_90 only, and
 // only in a build for sm_90a; elsewhere it falls back to v5, at its own block shape where that fits
-// the GPU's shared memory, and says so. Without --block-q/--block-k, v5 and v7 ... v11 take their default
+// the GPU's shared memory, and says so. Without --block-q/--block-k, v5 and v7 ... v12 take their default
 // shape, or the largest compiled one that fits the GPU's shared memory (an A100's 163 KiB holds
 // no 128 x 128 block at d = 128).
 Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const Config& cfg = {});
 
 // Throws fa::InputError unless Q, K, V, O are aligned to the dtype's element size and LSE to 4
 // bytes, and Unsupported unless they are 16-byte aligned where pl runs a tensor-core version
-// (v2 ... v11). No CUDA call.
+// (v2 ... v12). No CUDA call.
 void check_alignment(const Plan& pl, fa::DType dtype, const void* Q, const void* K, const void* V,
                      const void* O, const float* LSE);
 

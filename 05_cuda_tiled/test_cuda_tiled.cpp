@@ -2,11 +2,11 @@
 //   - the conformance battery for every kernel in fp32, fp16 and bf16 (common/conformance.hpp;
 //     v3 ... v6 in fp16 and bf16, where they run themselves)
 //   - v1 at block shapes that do not divide N, at tiny and huge blocks, at head dims 1 .. 256
-//   - every tensor-core version (v2 ... v11) at ragged sizes around its blocks, d = 64 and 128;
-//     v5 ... v11 at every block shape they are compiled for; v9 ... v11 against the version they
+//   - every tensor-core version (v2 ... v12) at ragged sizes around its blocks, d = 64 and 128;
+//     v5 ... v12 at every block shape they are compiled for; v9 ... v12 against the version they
 //     change, bit for bit
 //   - determinism (a race shows as a result that moves between runs)
-//   - offsets past 2^31 elements (every kernel at d = 64; v8, v10, v11 at d = 128); a row sum past
+//   - offsets past 2^31 elements (every kernel at d = 64; v8, v10, v11, v12 at d = 128); a row sum past
 //     fp16's range (every kernel)
 //   - the measured extra GPU memory against the plan (0 for v1, S and P for cuBLAS)
 //   - the C ABI (libfa05.so) computes what the C++ path computes, and reports errors as codes
@@ -51,8 +51,8 @@ TEST_CASE("05 v2 (tensor cores): conformance battery in fp16 and bf16 (and fp32 
   }
 }
 
-TEST_CASE("05 v3 ... v11: conformance battery in fp16 and bf16") {
-  for (const char* k : {"v3", "v4", "v5", "v6", "v7", "v8", "v9", "v10", "v11"})
+TEST_CASE("05 v3 ... v12: conformance battery in fp16 and bf16") {
+  for (const char* k : {"v3", "v4", "v5", "v6", "v7", "v8", "v9", "v10", "v11", "v12"})
     for (fa::DType t : {fa::DType::fp16, fa::DType::bf16}) {
       INFO(k << " dtype " << std::string(fa::dtype_name(t)));
       fa::check_forward_battery(stage_05_forward(k, t), false, storage(k, t));
@@ -65,12 +65,12 @@ const int64_t kRaggedSizes[][2] = {{1, 1},       {1, 200},   {17, 17},    {63, 6
                                    {65, 65},     {127, 129}, {129, 127},  {200, 63}, {63, 200},
                                    {1000, 1000}, {300, 1000}, {1000, 300}};
 
-// v7 ... v11 run only on sm_90 (elsewhere their plan runs v5, and says so); v8 runs only d = 128
-// (at d = 64 its plan runs v7), v10 and v11 too (their plan runs v9).
+// v7 ... v12 run only on sm_90 (elsewhere their plan runs v5, and says so); v8 runs only d = 128
+// (at d = 64 its plan runs v7), v10 ... v12 too (their plan runs v9).
 bool runs_itself(const std::string& k) { return !fa05::kernel_info(k).wgmma || fa::gpu_compute_capability() == 90; }
 std::string expected_runs(const std::string& k, int64_t d) {
   if (!runs_itself(k)) return "v5";
-  if (d == 64 && (k == "v8" || k == "v10" || k == "v11")) return k == "v8" ? "v7" : "v9";
+  if (d == 64 && (k == "v8" || k == "v10" || k == "v11" || k == "v12")) return k == "v8" ? "v7" : "v9";
   return k;
 }
 
@@ -96,8 +96,9 @@ TEST_CASE("05 ragged v8: N_q != N_k, causal, GQA at d = 64 and 128, fp16 and bf1
 TEST_CASE("05 ragged v9: N_q != N_k, causal, GQA at d = 64 and 128, fp16 and bf16") { check_ragged("v9"); }
 TEST_CASE("05 ragged v10: N_q != N_k, causal, GQA at d = 64 and 128, fp16 and bf16") { check_ragged("v10"); }
 TEST_CASE("05 ragged v11: N_q != N_k, causal, GQA at d = 64 and 128, fp16 and bf16") { check_ragged("v11"); }
+TEST_CASE("05 ragged v12: N_q != N_k, causal, GQA at d = 64 and 128, fp16 and bf16") { check_ragged("v12"); }
 
-// Every block shape v5 ... v11 are compiled for (the sweep's candidates), not only the default
+// Every block shape v5 ... v12 are compiled for (the sweep's candidates), not only the default
 // one, with N around 32, 64, 128 and 256.
 void check_shapes(const char* k) {
   if (!runs_itself(k)) {
@@ -212,6 +213,7 @@ TEST_CASE("05 v8: every compiled block shape, ragged and causal, bf16") { check_
 TEST_CASE("05 v9: every compiled block shape, ragged and causal, bf16") { check_shapes("v9"); }
 TEST_CASE("05 v10: every compiled block shape, ragged and causal, bf16") { check_shapes("v10"); }
 TEST_CASE("05 v11: every compiled block shape, ragged and causal, bf16") { check_shapes("v11"); }
+TEST_CASE("05 v12: every compiled block shape, ragged and causal, bf16") { check_shapes("v12"); }
 
 // A persistent version k must give the bits of ref, a version whose tiles do the same arithmetic,
 // at every shape and every grid: capped at 1, 2 and 3 blocks each block walks many tiles (the
@@ -221,7 +223,7 @@ TEST_CASE("05 v11: every compiled block shape, ragged and causal, bf16") { check
 // the default grid (one block per SM) walks several each. Ragged, GQA, fp16 and bf16; the small
 // ones against float64 too at a cap of 3.
 void check_same_bits_walk(const char* k, const char* ref_kernel) {
-  for (int64_t d : {128})  // v10 and v11 run d = 128 only
+  for (int64_t d : {128})  // v10 ... v12 run d = 128 only
     for (const fa::AttnProblem& p :
          {fa::make_problem(2, 4, 2, 200, 63, d, true), fa::make_problem(1, 4, 2, 63, 200, d, false),
           fa::make_problem(1, 2, 1, 1000, 1000, d, true), fa::make_problem(1, 2, 2, 257, 1000, d, false),
@@ -268,6 +270,18 @@ TEST_CASE("05 v11: the same bits as v10 at every shape and grid cap (ragged, cau
     return;
   }
   check_same_bits_walk("v11", "v10");
+}
+
+// v12 runs v11's arithmetic on each tile; only who copies, and how the warps wait for the copies
+// and for each other, change. The same bits, at every grid cap: a buffer released too early (a
+// copy overwriting K_j, V_j or a tile's Q_i / staged O while still read), a wrong parity, or a
+// tile number read before it was written would not give them.
+TEST_CASE("05 v12: the same bits as v11 at every shape and grid cap (ragged, causal, GQA)") {
+  if (!runs_itself("v12")) {
+    MESSAGE("v12 runs v5 on this GPU");
+    return;
+  }
+  check_same_bits_walk("v12", "v11");
 }
 
 TEST_CASE("05 cublas (materialised baseline): conformance battery in fp32, fp16 and bf16") {
@@ -349,7 +363,7 @@ TEST_CASE("05: extra GPU memory measured equals the plan (v1: none; cublas: S an
 // Q and O hold more than 2^31 elements, so a 32-bit offset would wrap: the last rows, and the
 // rows around element 2^31, are checked against float64 (one head, few keys, so the check is
 // cheap; bf16 halves the upload). Issue 13, item 3. At d = 64 every kernel; at d = 128 the ones
-// that run themselves only there (v8, v10, v11: at d = 64 they run v7 and v9).
+// that run themselves only there (v8, v10 ... v12: at d = 64 they run v7 and v9).
 void check_offsets_past_2_31(int64_t d, const std::vector<std::string>& kernel_names) {
   const int64_t N_q = (int64_t(1) << 31) / d + 128, N_k = 24;
   fa::AttnProblem p = fa::make_problem(1, 1, 1, N_q, N_k, d, true);
@@ -398,12 +412,12 @@ TEST_CASE("05: offsets past 2^31 elements, every kernel (Q, O of 2^31 + 8192 ele
   check_offsets_past_2_31(64, all);
 }
 
-TEST_CASE("05: offsets past 2^31 elements at d = 128, v8, v10, v11 (Q, O of 2^31 + 16384 elements, bf16)") {
+TEST_CASE("05: offsets past 2^31 elements at d = 128, v8, v10, v11, v12 (Q, O of 2^31 + 16384 elements, bf16)") {
   std::vector<std::string> d128;
-  for (const char* k : {"v8", "v10", "v11"})
+  for (const char* k : {"v8", "v10", "v11", "v12"})
     if (runs_itself(k)) d128.push_back(k);
   if (d128.empty()) {
-    MESSAGE("v8, v10 and v11 run v5 on this GPU: checked at d = 64 by the case above");
+    MESSAGE("v8, v10, v11 and v12 run v5 on this GPU: checked at d = 64 by the case above");
     return;
   }
   check_offsets_past_2_31(128, d128);

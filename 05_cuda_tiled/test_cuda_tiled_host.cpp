@@ -92,7 +92,7 @@ TEST_CASE("05 plan: what a kernel cannot run is refused with the flag to change"
   huge.sram_bytes = 1 << 20;  // blocks needing ~1 MiB of shared memory
   CHECK_THROWS_WITH_AS(fa05::plan("v1", fa::make_problem(1, 1, 1, 4096, 4096, 64, false), fa::DType::fp32, huge),
                        doctest::Contains("--sram-bytes"), fa05::Unsupported);
-  CHECK_THROWS_WITH_AS(fa05::plan("v12", fa::make_problem(1, 1, 1, 8, 8, 64, false), fa::DType::fp32),
+  CHECK_THROWS_WITH_AS(fa05::plan("v13", fa::make_problem(1, 1, 1, 8, 8, 64, false), fa::DType::fp32),
                        doctest::Contains("--kernel"), fa::InputError);
   CHECK_THROWS_WITH_AS(fa05::plan("v1", fa::make_problem(1, 3, 2, 8, 8, 64, false), fa::DType::fp32),
                        doctest::Contains("--kv-heads"), fa::InputError);
@@ -461,7 +461,46 @@ TEST_CASE("05 plan: v11 launches exactly as v10 (shapes, blocks, shared memory, 
   fa05::Config capped = hopper;
   capped.persistent_blocks = 2;
   CHECK_THROWS_WITH_AS(fa05::plan("v9", fa::make_problem(1, 2, 2, 500, 500, 128, false), fa::DType::bf16, capped),
-                       doctest::Contains("only with v8, v10 or v11"), fa05::Unsupported);
+                       doctest::Contains("only with v8, v10, v11 or v12"), fa05::Unsupported);
+}
+
+// v12 keeps v11's tile, shapes and shared memory (its barriers are static shared memory, on top);
+// it launches a producer warpgroup, 128 threads, beyond v11's compute warps. Its fallbacks are v11's.
+TEST_CASE("05 plan: v12 launches as v11 plus a producer warpgroup (128 threads); d = 64: v9; off sm_90: v5") {
+  fa05::Config hopper;
+  hopper.sm = 90;
+  for (int64_t d : {64, 128}) {
+    CHECK(fa05::block_shapes("v12", d).size() == fa05::block_shapes("v11", d).size());
+    CHECK(fa05::default_shape("v12", d).Br == fa05::default_shape("v11", d).Br);
+    CHECK(fa05::default_shape("v12", d).Bc == fa05::default_shape("v11", d).Bc);
+    for (const fa05::BlockShape& sh : fa05::block_shapes("v12", d))
+      for (int64_t cap : {0, 3}) {
+        INFO("d " << d << " shape " << sh.Br << "x" << sh.Bc << " cap " << cap);
+        fa05::Config cfg = hopper;
+        cfg.Br = sh.Br, cfg.Bc = sh.Bc, cfg.persistent_blocks = cap;
+        const fa::AttnProblem p = fa::make_problem(2, 4, 2, 1000, 300, d, true);
+        const fa05::Plan v12 = fa05::plan("v12", p, fa::DType::bf16, cfg);
+        const fa05::Plan v11 = fa05::plan("v11", p, fa::DType::bf16, cfg);
+        CHECK(v12.runs == (d == 128 ? "v12" : "v9"));
+        CHECK(v12.Br == v11.Br);
+        CHECK(v12.Bc == v11.Bc);
+        CHECK(v12.threads == v11.threads + (d == 128 ? 128 : 0));
+        CHECK(v12.blocks == v11.blocks);
+        CHECK(v12.smem_bytes == v11.smem_bytes);
+        CHECK(v12.workspace_bytes == v11.workspace_bytes);
+        CHECK(v12.persistent_blocks == v11.persistent_blocks);
+        if (d == 128) CHECK(v12.note.empty());
+        if (d == 64) CHECK(v12.note.find("v12 runs d = 128 only") != std::string::npos);
+        fa05::Config ampere = cfg;
+        ampere.sm = 80;
+        const fa05::Plan fb = fa05::plan("v12", p, fa::DType::bf16, ampere);
+        CHECK(fb.runs == "v5");
+        CHECK(fb.threads == v11.threads);
+        CHECK(fb.workspace_bytes == 0);
+        CHECK(fb.note.find("v12 runs on sm_90 only") != std::string::npos);
+      }
+  }
+  CHECK(fa05::plan("v12", fa::make_problem(1, 1, 1, 64, 64, 64, false), fa::DType::fp32, hopper).runs == "v1");
 }
 
 TEST_CASE("05 plan: the cuBLAS baseline's workspace is S (float32) and P (in 16 bits)") {
@@ -524,7 +563,7 @@ TEST_CASE("05 C ABI: kernels listed; bad arguments answered with a status, no GP
   CHECK(std::string(fa05_runs("v2", 80, FA05_BF16)) == "v1");
   CHECK(std::string(fa05_runs("v2", 64, FA05_FP32)) == "v1");
   CHECK(std::string(fa05_runs("cublas", 80, FA05_FP32)) == "cublas");
-  CHECK(fa05_runs("v12", 64, FA05_BF16) == nullptr);
+  CHECK(fa05_runs("v13", 64, FA05_BF16) == nullptr);
   CHECK(fa05_runs("v2", 0, FA05_BF16) == nullptr);
   int64_t bytes = -1;
   CHECK(fa05_workspace_bytes("cublas", 1, 2, 1, 10, 20, 8, FA05_BF16, 0, &bytes) == FA05_OK);
@@ -618,7 +657,7 @@ TEST_CASE("05 program: without a GPU, one line and exit code 2; bad flags are na
   }
   // Checked before the GPU is needed, GPU or not:
   const std::pair<const char*, const char*> bad[] = {
-      {"--kernel v12 --seq-q 8", "--kernel"},
+      {"--kernel v13 --seq-q 8", "--kernel"},
       {"--dtype fp8 --seq-q 8", "--dtype"},
       {"--head-dim 300 --seq-q 8", "--head-dim"},
       {"--seq-q 8 --heads 3 --kv-heads 2", "--kv-heads"},

@@ -3,7 +3,7 @@
 # build for sm_90a from this tree, run every test (the GPU battery included), SASS and register
 # report, compute-sanitizer (memcheck, racecheck, synccheck, initcheck) on small ragged problems
 # for every kernel (stage 06's GPU backwards too), stage 06 on the GPU beside the CPU, ncu on v1,
-# v2, v4, v5, v6, v7, v8, v9, v10, v11, the cuBLAS baseline and the backward gpu_v2, the benchmarks (forward, then
+# v2, v4, v5, v6, v7, v8, v9, v10, v11, v12, the cuBLAS baseline and the backward gpu_v2, the benchmarks (forward, then
 # backward), the side-by-side with PyTorch's SDPA backends, and the tour. Every log goes to
 # LOG_DIR; a summary table is printed last.
 #
@@ -11,12 +11,12 @@
 #     PHASES: comma-separated, default env,build,test,sass,sanitize,bwd,ncu,bench,bench_bwd,compare,tour;
 #             also (not by default) zoo (the bug zoo's GPU entries, verbose), compare_fp16 (the forward timing grid in fp16), numerics
 #             (tools/gpu_numerics.py: every kernel's and backend's error against float64), ncu_small
-#             (v10 and v11, or NCU_SMALL_KERNELS, at d = 128, N = 512 and 8192, where v7 trails
+#             (v11 and v12, or NCU_SMALL_KERNELS, at d = 128, N = 512 and 8192, where v7 trails
 #             FlashAttention-2 and where it does not, and SDPA's flash at N = 512)
 #     env: BENCH_FILTER, BENCH_BWD_FILTER (--benchmark_filter regexes), COMPARE_ARGS (e.g. --quick
 #          --backward), CTEST_ARGS (e.g. -R 05), SANITIZE_KERNELS (e.g. "v6:bf16:0,1"),
 #          SANITIZE_BWD (tools for stage 06's GPU backwards, "" for none), SANITIZE_V8, SANITIZE_V10 (tools
-#          for v8, and for v10 and v11, with a capped grid, "" for none), SANITIZE_BWD_KERNELS
+#          for v8, and for v10, v11 and v12, with a capped grid, "" for none), SANITIZE_BWD_KERNELS
 #          (e.g. "gpu_v2:bf16:0,1")
 #
 # The GPU machine has no internet: what it lacks (CLI11's headers) travels in .gpu_deps/, made
@@ -65,10 +65,10 @@ if has build; then
   # Registers and spills per kernel, and any wgmma serialisation ptxas reports (C75xx infos: it
   # inserted warpgroup.arrive/wait itself, or serialised the wgmma pipeline).
   { grep -A2 "Compiling entry function" "$LOG/build.log"; grep -E "C75[0-9][0-9]" "$LOG/build.log"; } >"$LOG/ptxas.txt" 2>/dev/null
-  # v9 (and v10, v11: v9 in persistent blocks) exists for its overlap, which a serialised wgmma
-  # undoes without changing a result: a C75xx message for a v9, v10 or v11 kernel fails this step
+  # v9 (and v10 ... v12: v9 in persistent blocks) exists for its overlap, which a serialised wgmma
+  # undoes without changing a result: a C75xx message for a v9 ... v12 kernel fails this step
   # (a compiler upgrade could bring one back).
-  NOTE="C75" step ptxas_v9_overlap 10 bash -c '! grep -E "C75[0-9][0-9].*fa05(2v9|3v10|3v11)" "$1"' ptxas "$LOG/ptxas.txt"
+  NOTE="C75" step ptxas_v9_overlap 10 bash -c '! grep -E "C75[0-9][0-9].*fa05(2v9|3v10|3v11|3v12)" "$1"' ptxas "$LOG/ptxas.txt"
 fi
 BIN=$BUILD/05_cuda_tiled
 
@@ -108,7 +108,7 @@ if has sanitize; then
           "--batch 1 --heads 2 --kv-heads 1 --seq-q 300 --seq-k 45 --head-dim 128 --causal")
   for tool in memcheck racecheck synccheck initcheck; do
     for kd in ${SANITIZE_KERNELS:-v1:fp32:0,1,2 v1:bf16:0,1,2 v2:bf16:0,1 v2:fp16:0,1 v3:bf16:0,1,3,4 \
-      v4:bf16:0,1,3,4 v5:bf16:0,1,3,4 v5:fp16:0,1 v6:bf16:0,1,3,4 v6:fp16:0,1 v7:bf16:0,1,3,4 v7:fp16:0,1 v8:bf16:0,1,3,4 v8:fp16:0,1 v9:bf16:0,1,3,4,5 v9:fp16:0,1 v10:bf16:1,3,5 v10:fp16:1 v11:bf16:1,3,5 v11:fp16:1 cublas:fp32:0,1 cublas:bf16:0,1}; do
+      v4:bf16:0,1,3,4 v5:bf16:0,1,3,4 v5:fp16:0,1 v6:bf16:0,1,3,4 v6:fp16:0,1 v7:bf16:0,1,3,4 v7:fp16:0,1 v8:bf16:0,1,3,4 v8:fp16:0,1 v9:bf16:0,1,3,4,5 v9:fp16:0,1 v10:bf16:1,3,5 v10:fp16:1 v11:bf16:1,3,5 v11:fp16:1 v12:bf16:1,3,5 v12:fp16:1 cublas:fp32:0,1 cublas:bf16:0,1}; do
       IFS=: read -r k dt idx <<<"$kd"
       for i in ${idx//,/ }; do
         NOTE="(ERROR|RACECHECK) SUMMARY" step "san_${tool}_${k}_${dt}_$i" 300 compute-sanitizer --tool $tool --error-exitcode 9 \
@@ -127,11 +127,11 @@ if has sanitize; then
         $BIN/05_cuda_tiled --kernel v8 --dtype bf16 $s --no-check
     done
   done
-  # v10's and v11's walks the same way: causal 1000 x 300 at 128 x 128 has tiles that see no key
+  # v10's, v11's and v12's walks the same way: causal 1000 x 300 at 128 x 128 has tiles that see no key
   # (query blocks 0 ... 4) at the end of each block's walk; the next tile's copies cross tiles (and
   # v11's O passes through the Q buffer that the tile after the next is copied into).
   for tool in ${SANITIZE_V10-memcheck racecheck synccheck}; do
-    for k in v10 v11; do
+    for k in v10 v11 v12; do
       i=0
       for s in "--batch 2 --heads 4 --kv-heads 2 --seq-q 1000 --seq-k 300 --head-dim 128 --causal --persistent-blocks 3" \
                "--batch 1 --heads 2 --kv-heads 1 --seq-q 300 --seq-k 400 --head-dim 128 --causal --persistent-blocks 2"; do
@@ -182,7 +182,7 @@ if has ncu; then
     step ncu_$k 300 ncu --clock-control none --set detailed -k regex:forward_kernel -c 1 \
       $BIN/05_cuda_tiled --kernel $k --dtype bf16 --batch 4 --heads 32 --seq-q 4096 --head-dim 64 --no-check
   done
-  for k in v5 v6 v7 v8 v9 v10 v11; do
+  for k in v5 v6 v7 v8 v9 v10 v11 v12; do
     step ncu_${k}_d128 300 ncu --clock-control none --set detailed -k regex:forward_kernel -c 1 \
       $BIN/05_cuda_tiled --kernel $k --dtype bf16 --batch 2 --heads 16 --seq-q 8192 --head-dim 128 --no-check
   done
@@ -211,7 +211,7 @@ fi
 if has ncu_small; then
   # v7 at d = 128 where it trails FlashAttention-2 (N = 512: 4 key blocks per thread block) and
   # where it does not (N = 8192), the papers' grid (B = 16384/N, H = 16): what the short loop costs.
-  for k in ${NCU_SMALL_KERNELS:-v10 v11}; do
+  for k in ${NCU_SMALL_KERNELS:-v11 v12}; do
     for n in 512 8192; do
       step ncu_${k}_d128_N$n 300 ncu --clock-control none --set detailed -k regex:forward_kernel -c 1 \
         $BIN/05_cuda_tiled --kernel $k --dtype bf16 --batch $((16384 / n)) --heads 16 --seq-q $n --head-dim 128 --no-check

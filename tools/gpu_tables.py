@@ -38,7 +38,7 @@ from bench_tables import rewrite_readmes  # the README walk, shared (same folder
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BLOCK = re.compile(r"(<!-- gpu:(?P<kind>\w+):(?P<src>[^ :]+)(?::(?P<arg>[^ ]+))? -->\n)(?P<body>.*?)(<!-- /gpu -->)", re.S)
-VERSIONS = ["fa05 v1", "fa05 v2", "fa05 v3", "fa05 v4", "fa05 v5", "fa05 v6", "fa05 v7", "fa05 v8", "fa05 v9", "fa05 v10", "fa05 v11"]
+VERSIONS = ["fa05 v1", "fa05 v2", "fa05 v3", "fa05 v4", "fa05 v5", "fa05 v6", "fa05 v7", "fa05 v8", "fa05 v9", "fa05 v10", "fa05 v11", "fa05 v12"]
 IMPLS = VERSIONS + ["fa05 cublas", "sdpa flash", "sdpa cudnn", "sdpa efficient", "sdpa math"]
 
 
@@ -76,8 +76,8 @@ def compare_table(src, dtype, link):
             r = cell.get(i)
             line += f" {r['tflops']:.1f} |" if r and r["tflops"] else " - |"
         if has_flash:
-            # The newest version that runs itself at this point (v11 at d = 128; v9 at d = 64, where
-            # v10 and v11 would run v9).
+            # The newest version that runs itself at this point (v12 at d = 128; v9 at d = 64, where
+            # v10 ... v12 would run v9).
             newest = next((v for v in reversed(tensor_core) if cell.get(v) and cell[v]["tflops"]), None)
             v2, fl = cell.get(newest), cell.get("sdpa flash")
             line += f" {v2['tflops'] / fl['tflops']:.2f} |" if v2 and fl and v2["tflops"] and fl["tflops"] else " - |"
@@ -87,9 +87,10 @@ def compare_table(src, dtype, link):
                f"measured {data['date']} on an {data['device']} (PyTorch {data['torch']}, CUDA {data['cuda']}, "
                f"cuDNN {data['cudnn']}) by `scripts/gpu_check.sh` (`python3 tools/compare_torch.py --lib "
                f"build-gpu/05_cuda_tiled/libfa05.so --json ...`); `-`: the backend refuses the dtype, or its S and P "
-               f"would pass 40 GiB, or the kernel falls back to another there (v8 at d = 64 runs v7, v10 and v11 run v9)"
+               f"would pass 40 GiB, or the kernel falls back to another there (v8 at d = 64 runs v7, v10 ... v12 run v9)"
                + ("; newest / flash: the newest version that runs at that point"
-                  + (" (v11 at d = 128, v9 at d = 64)" if "fa05 v11" in impls
+                  + (" (v12 at d = 128, v9 at d = 64)" if "fa05 v12" in impls
+                     else " (v11 at d = 128, v9 at d = 64)" if "fa05 v11" in impls
                      else " (v10 at d = 128, v9 at d = 64)" if "fa05 v10" in impls else "")
                   + " against SDPA's flash backend" if has_flash else "") + f"; source: [{src}]({link}).")
     return "\n".join(out) + "\n"

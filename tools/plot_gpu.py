@@ -1,9 +1,9 @@
 """Plot stage 05 beside PyTorch's SDPA backends from docs/results/compare_torch_05.json.
 
   docs/img/gpu_tflops_vs_N.png   bf16 forward TFLOP/s vs N, d = 64 and 128, causal and not: our
-                                 kernels (v1 ... v11, the cuBLAS materialised baseline) and SDPA's
+                                 kernels (v1 ... v12, the cuBLAS materialised baseline) and SDPA's
                                  flash, cuDNN, efficient and math backends, measured in one process
-  docs/img/gpu_versions.png      the path from v1 to v11: bf16 TFLOP/s per version at N = 8192,
+  docs/img/gpu_versions.png      the path from v1 to v12: bf16 TFLOP/s per version at N = 8192,
                                  with SDPA's flash (FlashAttention-2) and cuDNN as lines
   docs/img/gpu_bwd_tflops_vs_N.png  the backward: stage 06's GPU kernels (bench_06_backward_gpu.json)
                                  beside SDPA's backward (compare_torch_bwd.json), bf16, vs N
@@ -35,6 +35,7 @@ STYLE = {
     "fa05 v9": ("navy", "d", "-"),
     "fa05 v10": ("darkorange", "h", "-"),
     "fa05 v11": ("crimson", "X", "-"),
+    "fa05 v12": ("darkviolet", "*", "-"),
     "fa05 cublas": ("tab:orange", "^", "-"),
     "sdpa flash": ("black", "D", "--"),
     "sdpa cudnn": ("tab:gray", "v", "--"),
@@ -89,12 +90,12 @@ def main():
 
 def versions(rows, data, out, n=8192):
     """Bars: TFLOP/s of each version at N = n, four panels (d, causal); flash and cuDNN as lines."""
-    names = [v for v in ("fa05 v1", "fa05 v2", "fa05 v3", "fa05 v4", "fa05 v5", "fa05 v6", "fa05 v7", "fa05 v8", "fa05 v9", "fa05 v10", "fa05 v11") if any(r["impl"] == v for r in rows)]
+    names = [v for v in ("fa05 v1", "fa05 v2", "fa05 v3", "fa05 v4", "fa05 v5", "fa05 v6", "fa05 v7", "fa05 v8", "fa05 v9", "fa05 v10", "fa05 v11", "fa05 v12") if any(r["impl"] == v for r in rows)]
     fig, axes = plt.subplots(1, 4, figsize=(15, 4), sharey=True)
     for ax, (d, causal) in zip(axes, [(64, False), (64, True), (128, False), (128, True)]):
         at = {r["impl"]: r["tflops"] for r in rows if r["N"] == n and r["d"] == d and r["causal"] == causal}
         # A version with no row at this point falls back to another there (v8 at d = 64 runs v7,
-        # v10 and v11 run v9): no bar, a "-" as in the tables.
+        # v10 ... v12 run v9): no bar, a "-" as in the tables.
         vals = [at.get(v) for v in names]
         ax.bar([v.split()[1] for v in names], [y or 0 for y in vals], color=[STYLE[v][0] for v in names])
         for x, y in enumerate(vals):

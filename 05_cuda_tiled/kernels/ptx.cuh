@@ -208,4 +208,71 @@ __device__ __forceinline__ void wgmma_m64nNk16(float (&d)[N / 8][4], const uint3
 }
 #undef FA05_D4
 
+// ---- Hopper (sm_90a): mbarriers and register hand-over, for warp specialisation (v12). PTX ISA,
+// "Parallel Synchronization and Communication Instructions: mbarrier" and "setmaxnreg".
+//
+// An mbarrier is a 64-bit object in shared memory that counts arrivals: init(count) opens phase 0;
+// when `count` threads have arrived the phase completes and the next one opens. A waiter names the
+// phase it waits for by its parity (0, 1, 0, ...), so a barrier reused in a ring needs no reset:
+// the n-th use of a slot waits for parity n % 2. Waiting for parity 1 on a fresh barrier returns at
+// once (the phase "before" phase 0 counts as complete), which is how a producer sees every slot
+// empty at the start. arrive has release semantics and the wait acquire (both .cta by default):
+// what a thread wrote before it arrived is visible to a thread whose wait saw that phase complete.
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(uint64_t* bar, unsigned count) {
+  (void)bar, (void)count;
+  FA05_WGMMA("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  (void)bar;
+  FA05_WGMMA("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
+// Blocks until the phase of the given parity has completed (try_wait suspends the thread for a
+// while in hardware before it returns false, so the loop does not spin hot).
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  uint32_t done;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_u32(bar)), "r"(parity)
+        : "memory");
+  } while (!done);
+#else
+  (void)bar, (void)parity;
+  __trap();  // sm_90a only; the runner never launches v12 elsewhere
+#endif
+}
+// The same arrival, and the number of bytes the phase must also wait for: the phase completes
+// when every expected thread has arrived and that many bytes of bulk copies (below) have landed.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  (void)bar, (void)bytes;
+  FA05_WGMMA("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+}
+// TMA, the copy engine (PTX ISA, "cp.async.bulk.tensor"): one instruction copies a whole box of a
+// tensor, described by a tensor map (made on the host: runner.cu, tensor_map_3d), from global to
+// shared memory, and counts its bytes on the mbarrier when they have landed. Coordinates are in
+// elements, innermost first (x: column, y: row, z: the 2-D slice); rows past the tensor's edge
+// are filled with zeros, never read. With the map's 128-byte swizzle the box lands in the layout
+// v7's copies write by hand (v7_wgmma.cuh, swz). The writes go through the async proxy, as wgmma's
+// reads do: no proxy fence between them.
+__device__ __forceinline__ void tma_load_3d(void* dst, const void* tensor_map, int x, int y, int z, uint64_t* bar) {
+  (void)dst, (void)tensor_map, (void)x, (void)y, (void)z, (void)bar;
+  FA05_WGMMA(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(
+          smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(tensor_map)), "r"(x), "r"(y), "r"(z), "r"(smem_u32(bar))
+      : "memory");
+}
+// The warpgroup's registers per thread become N (a multiple of 8, 24 ... 256): dec hands registers
+// back to the SM's pool, inc takes them from it (waiting until they are free). All four warps of a
+// warpgroup execute the same one. ptxas then allocates the code after it within N.
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() { FA05_WGMMA("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() { FA05_WGMMA("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
+
 }  // namespace fa05::ptx
