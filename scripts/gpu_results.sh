@@ -63,7 +63,7 @@ PY
   # The fp16 timing grid (phase compare_fp16) and the GPU numerics table (phase numerics).
   [ -f "$LOG/compare_torch_05_fp16.json" ] && cp "$LOG/compare_torch_05_fp16.json" docs/results/compare_torch_05_fp16.json
   [ -f "$LOG/gpu_numerics.json" ] && cp "$LOG/gpu_numerics.json" docs/results/gpu_numerics.json
-  for f in sass_summary.txt ptxas.txt sass06_summary.txt res_usage_06.txt compare_torch.log tour.log tour_bf16.log \
+  for f in sass_summary.txt sass_overlap.log ptxas.txt sass06_summary.txt res_usage_06.txt compare_torch.log tour.log tour_bf16.log \
            env.log bench.log bench_bwd.log compare_torch_fp16.log gpu_numerics.log zoo_gpu.log \
            bench_05_cuda_tiled.filtered.json bench_06_backward_gpu.filtered.json; do
     [ -f "$LOG/$f" ] && cp "$LOG/$f" "$R/$f"

@@ -58,6 +58,19 @@ def timing_method(data):
     return f"median of CUDA-event times over back-to-back launches (`--launches {n}`; 0: about 5 ms of them)"
 
 
+def fallbacks(impls):
+    """The fallbacks at d = 64 of the versions in a run: 'v8 at d = 64 runs v7, v10 ... v12 run v9'."""
+    late = [v.split()[1] for v in ("fa05 v10", "fa05 v11", "fa05 v12") if v in impls]
+    text = "v8 at d = 64 runs v7"
+    if len(late) == 1:
+        text += f", {late[0]} runs v9"
+    elif len(late) == 2:
+        text += f", {late[0]} and {late[1]} run v9"
+    elif late:
+        text += f", {late[0]} ... {late[-1]} run v9"
+    return text
+
+
 def compare_table(src, dtype, link):
     data = json.loads((ROOT / src).read_text())
     rows = [r for r in data["rows"] if r["dtype"] == dtype]
@@ -87,7 +100,7 @@ def compare_table(src, dtype, link):
                f"measured {data['date']} on an {data['device']} (PyTorch {data['torch']}, CUDA {data['cuda']}, "
                f"cuDNN {data['cudnn']}) by `scripts/gpu_check.sh` (`python3 tools/compare_torch.py --lib "
                f"build-gpu/05_cuda_tiled/libfa05.so --json ...`); `-`: the backend refuses the dtype, or its S and P "
-               f"would pass 40 GiB, or the kernel falls back to another there (v8 at d = 64 runs v7, v10 ... v12 run v9)"
+               f"would pass 40 GiB, or the kernel falls back to another there ({fallbacks(impls)})"
                + ("; newest / flash: the newest version that runs at that point"
                   + (" (v12 at d = 128, v9 at d = 64)" if "fa05 v12" in impls
                      else " (v11 at d = 128, v9 at d = 64)" if "fa05 v11" in impls

@@ -229,6 +229,10 @@ __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
   (void)bar;
   FA05_WGMMA("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
 }
+// After a thread has initialised barriers that the copy engine will update (TMA's byte counts go
+// through the async proxy): makes the initialisation visible there before any copy uses them
+// (PTX ISA, "fence.mbarrier_init"; a thread block is a cluster of one when launched without one).
+__device__ __forceinline__ void mbar_init_fence() { FA05_WGMMA("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
 // Blocks until the phase of the given parity has completed (try_wait suspends the thread for a
 // while in hardware before it returns false, so the loop does not spin hot).
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {

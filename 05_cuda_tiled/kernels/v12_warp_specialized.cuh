@@ -21,8 +21,8 @@
 //                                                   swizzle; ldmatrix and the O staging read and
 //                                                   write through v7's swz)
 //   232 registers for all 256 threads               setmaxnreg: the producer warpgroup drops to 40,
-//                                                   the consumers rise to 232 (5,120 + 59,392 of
-//                                                   the SM's 65,536)
+//                                                   the consumers rise to 232 (5,120 + 59,392: the
+//                                                   64,512 the block gets at launch, 384 x 168)
 //
 // Why: at N = 512 (4 key blocks per tile) v11 spends about 4.3 us of each 16.9 us tile on its start
 // and end (README, v11), where FlashAttention-2 loses 2 % from N = 8192 to N = 512 and v11 26 %.
@@ -32,13 +32,21 @@
 // through warp-specialization and pingpong scheduling") gives the copies to a producer that uses
 // TMA, and lets the consumer warpgroups synchronise only through the buffers.
 //
-// A first draft kept cp.async, issued by one producer warp: half of v11's speed at every N. One
-// warp issuing 4,096 16-byte copies per key block, about 15 instructions each, was slower than the
-// math it fed (README, v12). TMA moves a 16 KiB box with one instruction.
+// A first draft kept cp.async, issued by one producer warp: 0.43-0.57x v11 at every N. One warp
+// issuing 4,096 16-byte copies per key block, about 15 instructions each, was (our reading) slower
+// than the math it fed (README, v12). TMA moves a box (16 KiB for Q and at
+// Bc = 128, 8 KiB at Bc = 64) with one instruction.
+//
+// Measured on the H200 (README, v12; bf16, d = 128, one run): 1.5-1.8x v11 at every N, not only at
+// small N as predicted; 2.02x FlashAttention-2 and 0.97x cuDNN at N = 8192. Our reading, not
+// profiled yet: without the block barrier the two consumer warpgroups drift apart, so one's
+// softmax runs beside the other's products (FlashAttention-3's ping-pong, here unforced).
 //
 // The pipeline (a K ring and a V ring of 2 buffers each, a Q ring of 2 tiles, as v11's shared
-// memory): buffer n of a ring is slot n % 2, used for the (n / 2)-th time, so its barriers' phase
-// parity is (n / 2) % 2 (ptx.cuh, mbarriers). The producer waits for "empty", arrives on "full"
+// memory): buffer n of a ring is slot n % 2, used for the (n / 2)-th time, so a consumer waits for
+// the phase of parity (n / 2) % 2 of its "full" barrier, and the producer for the phase before,
+// parity (n / 2 + 1) % 2, of its "empty" one, the release of the slot's previous use (ptx.cuh,
+// mbarriers). The producer waits for "empty", arrives on "full"
 // with the bytes to expect, and issues the copy, whose landing completes "full"; a consumer waits
 // for "full", reads, and arrives on "empty". Which tile comes next travels with its Q buffer
 // (tile_of): the producer claims tiles from v10's counter and writes the tile number before it
@@ -63,7 +71,10 @@ using v7::swz;
 using v8::smem_bytes;  // v11's: its Q tiles' padding is unused here (Q_i is swizzled, Br x D)
 
 constexpr int kProducerThreads = 128;  // warpgroup 0; setmaxnreg applies to whole warpgroups
-constexpr int kProducerRegs = 40, kConsumerRegs = 232;  // 128 x 40 + 256 x 232 <= 65,536
+// setmaxnreg moves registers within the block's own pool, what it got at launch: 384 threads x 168
+// (the cap __launch_bounds__(384, 1) gives ptxas; without the 1 there is no cap, and ptxas ignores
+// setmaxnreg, warning C7508). An inc beyond that pool waits forever: 128 x 40 + 256 x 232 = 64,512.
+constexpr int kProducerRegs = 40, kConsumerRegs = 232;
 constexpr int kBoxCols = 64;  // a TMA box is 64 columns wide: the 128-byte swizzle's row (16-bit T)
 
 // As v11, plus the tensor maps of Q (d x N_q x B H, box 64 x Br), K and V (d x N_k x B H_kv, box
@@ -80,14 +91,15 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
   constexpr int Br = 16 * kWarps;  // 16 query rows per consumer warp, one mma row-tile each
   constexpr int kConsumers = 32 * kWarps;
   static_assert(kWarps == 8 && (Bc == 64 || Bc == 128), "two consumer warpgroups, one wgmma width for S");
-  static_assert(kProducerThreads * kProducerRegs + kConsumers * kConsumerRegs <= 65536, "the register file");
+  constexpr int kThreads = kProducerThreads + kConsumers, kPool = kThreads * (65536 / kThreads / 8 * 8);
+  static_assert(kProducerThreads * kProducerRegs + kConsumers * kConsumerRegs <= kPool, "the block's registers");
   static_assert(D % kBoxCols == 0, "whole boxes per row");
   (void)Q, (void)K, (void)V;
   extern __shared__ __align__(16) unsigned char sram[];
   // The rings' barriers: full_*[s] expects the producer's one arrival and the bytes of its copies,
   // empty_*[s] every consumer thread.
   __shared__ uint64_t full_q[2], full_k[2], full_v[2], empty_q[2], empty_k[2], empty_v[2];
-  __shared__ int64_t tile_of[2];  // the tile whose Q_i is in Q buffer s; n_tiles: no more tiles
+  __shared__ int64_t tile_of[2];  // the tile whose Q_i is in Q buffer s; n_tiles or more: no more tiles
   // 1024-aligned for the swizzle (v9 says how).
   T* Ks = reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(sram) + 1023) / 1024 * 1024);  // (2, Bc x D)
   T* Vs = Ks + 2 * Bc * D;  // (2, Bc x D): key block n in buffer n % 2, swizzled
@@ -114,6 +126,7 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
       ptx::mbar_init(&empty_q[s], kConsumers), ptx::mbar_init(&empty_k[s], kConsumers);
       ptx::mbar_init(&empty_v[s], kConsumers);
     }
+  if (threadIdx.x == 0) ptx::mbar_init_fence();  // the copy engine sees them initialised too
   __syncthreads();  // the barriers exist before anyone waits on them; no block-wide barrier after this
 
   if (threadIdx.x < kProducerThreads) {
