@@ -214,10 +214,11 @@ __device__ __forceinline__ void wgmma_m64nNk16(float (&d)[N / 8][4], const uint3
 // An mbarrier is a 64-bit object in shared memory that counts arrivals: init(count) opens phase 0;
 // when `count` threads have arrived the phase completes and the next one opens. A waiter names the
 // phase it waits for by its parity (0, 1, 0, ...), so a barrier reused in a ring needs no reset:
-// the n-th use of a slot waits for parity n % 2. Waiting for parity 1 on a fresh barrier returns at
-// once (the phase "before" phase 0 counts as complete), which is how a producer sees every slot
-// empty at the start. arrive has release semantics and the wait acquire (both .cta by default):
-// what a thread wrote before it arrived is visible to a thread whose wait saw that phase complete.
+// the u-th use of a slot (u = 0, 1, ...) waits for parity u % 2. Waiting for parity 1 on a fresh
+// barrier returns at once (the phase "before" phase 0 counts as complete), which is how a producer
+// sees every slot empty at the start. arrive has release semantics and the wait acquire (both .cta
+// by default): what a thread wrote before it arrived is visible to a thread whose wait saw that
+// phase complete (the memory model's release/acquire pattern, as for a lock).
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
@@ -272,8 +273,9 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const void* tensor_map, i
       : "memory");
 }
 // The warpgroup's registers per thread become N (a multiple of 8, 24 ... 256): dec hands registers
-// back to the SM's pool, inc takes them from it (waiting until they are free). All four warps of a
-// warpgroup execute the same one. ptxas then allocates the code after it within N.
+// back to the thread block's pool (what it got at launch), inc takes them from it, waiting until
+// they are free (forever, if the pool cannot hold them). All four warps of a warpgroup execute the
+// same one. ptxas then allocates the code after it within N.
 template <int N>
 __device__ __forceinline__ void setmaxnreg_dec() { FA05_WGMMA("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
 template <int N>

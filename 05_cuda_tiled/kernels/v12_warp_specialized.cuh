@@ -1,6 +1,8 @@
 // v12: v11 with its copies moved to a thread of their own, which drives the copy engine (TMA):
-// FlashAttention-3's warp specialisation. Read it beside v11_o_smem.cuh: the consumers' tile is
-// v11's, line for line; what changes is who copies, how, and how the two sides wait for each other.
+// FlashAttention-3's warp specialisation. Read it beside v11_o_smem.cuh: the consumers' tile keeps
+// v11's steps (their math is v11's, bit for bit); what changes is who copies, how, and how the two
+// sides wait for each other: a wait for a buffer and a release of it where v11 had copies and
+// block barriers.
 //
 //   v11                                             v12
 //   256 threads: two warpgroups do everything       384 threads: warpgroup 0 is the producer (one
@@ -11,9 +13,9 @@
 //   a __syncthreads per key block: both             mbarriers per buffer: "full" (the copy has
 //   warpgroups wait for the slower one, and for     landed) and "empty" (every consumer thread is
 //   every copy of the block                         done with it); a warpgroup waits only for the
-//                                                   buffer it needs next, so the two drift apart
-//                                                   and one's softmax or O write runs beside the
-//                                                   other's products
+//                                                   buffer it needs next, so the two can drift
+//                                                   apart, and one's softmax or O write can run
+//                                                   beside the other's products
 //   the next tile's Q_i and K_0 copied during the   the producer runs ahead by whole buffers: the
 //   last key block; V_0 once the tile starts        next tile's Q_i, K_0 and V_0 as soon as their
 //                                                   buffers are free
@@ -141,9 +143,9 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
     };
     int64_t t = blockIdx.x;  // as v10: the first tile is the block's own, the next ones are claimed
     uint32_t n = 0;          // key blocks copied so far: buffer n % 2 of the K and V rings
-    for (uint32_t k = 0;; ++k) {  // k: this block's tile number, in Q buffer k % 2
-      const int qs = k % 2;
-      ptx::mbar_wait(&empty_q[qs], (k / 2 + 1) % 2);  // the tile two before has written its O
+    for (uint32_t step = 0;; ++step) {  // step: this block's tile number k, in Q buffer k % 2
+      const int qs = step % 2;
+      ptx::mbar_wait(&empty_q[qs], (step / 2 + 1) % 2);  // the tile two before has written its O
       tile_of[qs] = t;
       if (t >= n_tiles) {  // no more tiles: the consumers read that from tile_of and stop
         ptx::mbar_arrive(&full_q[qs]);
@@ -175,9 +177,9 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
     const auto ready = [&](uint64_t(&full)[2], uint32_t n) { ptx::mbar_wait(&full[n % 2], (n / 2) % 2); };
     const auto release = [&](uint64_t(&empty)[2], uint32_t n) { ptx::mbar_arrive(&empty[n % 2]); };
     uint32_t n0 = 0;  // key blocks consumed so far by this block: this tile's block j is n0 + j
-    for (uint32_t k = 0;; ++k) {
-      const int qbuf = k % 2;
-      ready(full_q, k);
+    for (uint32_t step = 0;; ++step) {  // step: this block's tile number k in the comments
+      const int qbuf = step % 2;
+      ready(full_q, step);
       const int64_t t = tile_of[qbuf];
       if (t >= n_tiles) break;
       const Tile cur = tile(t);
@@ -193,30 +195,30 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
       float(*o64)[8][4] = reinterpret_cast<float(*)[8][4]>(o);  // o64[sl]: dims 64 sl .. 64 sl + 63
 
       // v11's steps, with block j of this tile in buffers (n0 + j) % 2.
-      const auto load_q = [&](uint32_t(&q)[D / 16][4]) {  // Q_i is swizzled now: 16-byte chunk 2 kk + lane / 16
-        for (int kk = 0; kk < D / 16; ++kk)
-          ptx::ldmatrix_x4(q[kk], Qi + swz<Br>(warp * 16 + lane % 8 + (lane / 8 % 2) * 8, 2 * kk + lane / 16));
+      const auto load_q = [&](uint32_t(&q)[D / 16][4]) {  // Q_i is swizzled now: 16-byte chunk 2 k + lane / 16
+        for (int k = 0; k < D / 16; ++k)
+          ptx::ldmatrix_x4(q[k], Qi + swz<Br>(warp * 16 + lane % 8 + (lane / 8 % 2) * 8, 2 * k + lane / 16));
       };
       const auto rescale_o = [&] {
         for (int r = 0; r < 2; ++r)
-          for (int nn = 0; nn < D / 8; ++nn) o[nn][2 * r] *= alpha[r], o[nn][2 * r + 1] *= alpha[r];
+          for (int n = 0; n < D / 8; ++n) o[n][2 * r] *= alpha[r], o[n][2 * r + 1] *= alpha[r];
       };
       const auto issue_s = [&](float(&s)[Bc / 8][4], const uint32_t(&q)[D / 16][4], int j) {
         const T* Kj = Ks + ((n0 + j) % 2) * Bc * D;
-        for (int kk = 0; kk < D / 16; ++kk)
-          ptx::wgmma_m64nNk16<T, Bc, 0>(s, q[kk], ptx::smem_desc_sw128(Kj + (kk / 4) * Bc * 64 + (kk % 4) * 16));
+        for (int k = 0; k < D / 16; ++k)
+          ptx::wgmma_m64nNk16<T, Bc, 0>(s, q[k], ptx::smem_desc_sw128(Kj + (k / 4) * Bc * 64 + (k % 4) * 16));
         ptx::wgmma_commit();
       };
       const auto issue_pv = [&](int j) {
         const T* Vj = Vs + ((n0 + j) % 2) * Bc * D;
-        for (int kk = 0; kk < Bc / 16; ++kk)
+        for (int k = 0; k < Bc / 16; ++k)
           for (int sl = 0; sl < D / 64; ++sl)
-            ptx::wgmma_m64nNk16<T, 64, 1>(o64[sl], a[kk], ptx::smem_desc_sw128(Vj + sl * Bc * 64 + kk * 16 * 64));
+            ptx::wgmma_m64nNk16<T, 64, 1>(o64[sl], a[k], ptx::smem_desc_sw128(Vj + sl * Bc * 64 + k * 16 * 64));
         ptx::wgmma_commit();
       };
       const auto pin_pv = [&] {
         for (int sl = 0; sl < D / 64; ++sl) ptx::wgmma_pin(o64[sl]);
-        for (int kk = 0; kk < Bc / 16; ++kk) ptx::wgmma_pin(a[kk]);
+        for (int k = 0; k < Bc / 16; ++k) ptx::wgmma_pin(a[k]);
       };
       const auto softmax = [&](float(&s)[Bc / 8][4], int64_t j) {
         const int64_t c0 = j * Bc;
@@ -224,33 +226,33 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
         if (mask)
           for (int r = 0; r < 2; ++r) {
             const int seen = int(max(int64_t(0), min(int64_t(Bc), p.keys_seen(r0 + warp * 16 + g + r * 8) - c0)));
-            for (int nn = 0; nn < Bc / 8; ++nn)
+            for (int n = 0; n < Bc / 8; ++n)
               for (int e = 2 * r; e < 2 * r + 2; ++e)
-                if (nn * 8 + 2 * t4 + e % 2 >= seen) s[nn][e] = neg_inf;
+                if (n * 8 + 2 * t4 + e % 2 >= seen) s[n][e] = neg_inf;
           }
         for (int r = 0; r < 2; ++r) {
           float mx = neg_inf;
-          for (int nn = 0; nn < Bc / 8; ++nn) mx = fmaxf(mx, fmaxf(s[nn][2 * r], s[nn][2 * r + 1]));
+          for (int n = 0; n < Bc / 8; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
           const float m2_new = fmaxf(m2[r], mx * c);
           const float m2_use = m2_new == neg_inf ? 0.f : m2_new;
           alpha[r] = ptx::ex2(m2[r] - m2_use);
           float rowsum = 0.f;
-          for (int nn = 0; nn < Bc / 8; ++nn)
+          for (int n = 0; n < Bc / 8; ++n)
             for (int e = 2 * r; e < 2 * r + 2; ++e) {
-              s[nn][e] = ptx::ex2(fmaf(s[nn][e], c, -m2_use));
-              rowsum += s[nn][e];
+              s[n][e] = ptx::ex2(fmaf(s[n][e], c, -m2_use));
+              rowsum += s[n][e];
             }
           l[r] = fmaf(alpha[r], l[r], rowsum);
           m2[r] = m2_new;
         }
       };
       const auto pack_p = [&](const float(&s)[Bc / 8][4]) {
-        for (int kk = 0; kk < Bc / 16; ++kk) {
-          a[kk][0] = ptx::pack2<T>(s[2 * kk][0], s[2 * kk][1]), a[kk][1] = ptx::pack2<T>(s[2 * kk][2], s[2 * kk][3]);
-          a[kk][2] = ptx::pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-          a[kk][3] = ptx::pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+        for (int k = 0; k < Bc / 16; ++k) {
+          a[k][0] = ptx::pack2<T>(s[2 * k][0], s[2 * k][1]), a[k][1] = ptx::pack2<T>(s[2 * k][2], s[2 * k][3]);
+          a[k][2] = ptx::pack2<T>(s[2 * k + 1][0], s[2 * k + 1][1]);
+          a[k][3] = ptx::pack2<T>(s[2 * k + 1][2], s[2 * k + 1][3]);
         }
       };
 
@@ -311,8 +313,8 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
         const int row = warp * 16 + g + r * 8;
         const float inv = l[r] == 0.f ? 0.f : 1.f / l[r];
-        for (int nn = 0; nn < D / 8; ++nn)
-          *reinterpret_cast<uint32_t*>(Os + swz<Br>(row, nn) + 2 * t4) = ptx::pack2<T>(o[nn][2 * r] * inv, o[nn][2 * r + 1] * inv);
+        for (int n = 0; n < D / 8; ++n)
+          *reinterpret_cast<uint32_t*>(Os + swz<Br>(row, n) + 2 * t4) = ptx::pack2<T>(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
         const int64_t i = r0 + row;
         if (t4 == 0 && i < p.N_q) LSE[p.lse_offset(b, h, i)] = l[r] == 0.f ? neg_inf : fmaf(m2[r], 0.6931471805599453f, logf(l[r]));
       }
@@ -328,7 +330,7 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
       // The Q buffer may take the tile after the next. TMA writes it next, through the async proxy:
       // this thread's reads and writes of it (ldmatrix, the staging) are ordered before that first.
       ptx::fence_proxy_async();
-      release(empty_q, k);
+      release(empty_q, step);
       n0 += Tc;
     }
   }
