@@ -28,9 +28,9 @@
 //
 // Why: at N = 512 (4 key blocks per tile) v11 spends about 4.3 us of each 16.9 us tile on its start
 // and end (README, v11); in one run FlashAttention-2 lost 2 % from N = 8192 to N = 512 (README,
-// "Measuring small N") and v11 26 % (README, v11). Our reading before the run: the barriers that tie the two warpgroups together at every key block also tie their tile ends
-// together: both write O at the same time, and both wait for the next tile's first copies at the
-// same time. FlashAttention-3 (Shah et al. 2024, section 3.1, "producer-consumer asynchrony
+// "Measuring small N") and v11 26 % (README, v11). Our reading before the run: the barriers that
+// tie the two warpgroups together at every key block also tie their tile ends together: both
+// write O at the same time, and both wait for the next tile's first copies at the same time. FlashAttention-3 (Shah et al. 2024, section 3.1, "producer-consumer asynchrony
 // through warp-specialization and pingpong scheduling") gives the copies to a producer that uses
 // TMA, and lets the consumer warpgroups synchronise only through the buffers.
 //
