@@ -30,6 +30,7 @@ enum Bug {
   RAGGED_NO_MASK,       // v2: keys past N_k in the last (ragged, zero-filled) block not masked
   FP16_ROWSUM,          // v2: the running row sum l kept in fp16 (rounded; at long N it stops growing)
   FP16_O_ACCUM,         // v2: the unnormalised O rounded to fp16 after every key block (overflows past 65504)
+  MBAR_WRONG_PARITY,    // v12: a tile's first K_j waited for at the parity of the buffer's previous use
 };
 
 #ifndef FA_BUG_ID
