@@ -36,7 +36,8 @@
 namespace fa05 {
 
 const std::vector<KernelInfo>& kernels() {
-  // name, file, idea, P_in_dtype, max_d, then tensor_cores, wgmma, shaped, persistent, tile_counter
+  // name, file, idea, P_in_dtype, max_d, then tensor_cores, wgmma, shaped, persistent, tile_counter,
+  // extra_threads
   // (runner.hpp says what each means).
   static const std::vector<KernelInfo> list = {
       {"v1", "kernels/v1_smem_fp32.cuh",
@@ -74,7 +75,7 @@ const std::vector<KernelInfo>& kernels() {
        true, 256, true, true, true, true, true},
       {"v12", "kernels/v12_warp_specialized.cuh",
        "v11 + warp specialisation: one producer thread copies Q, K, V with TMA into buffers tracked by mbarriers; the compute warpgroups wait per buffer, not on each other (FA3)",
-       true, 256, true, true, true, true, true},
+       true, 256, true, true, true, true, true, v12::kProducerThreads},
       {"cublas", "kernels/baseline_cublas.cuh",
        "materialised baseline: cuBLAS S = QK^T, softmax kernel, cuBLAS O = PV; S, P in HBM",
        true, 1 << 16, false, false, false, false, false},
@@ -559,7 +560,7 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
       }
     }
     const int64_t warps = pl.Br / (pl.runs == "v6" ? V6::rows_per_warp : V5::rows_per_warp);  // v7, v8: 16, as v5
-    pl.threads = 32 * warps + (pl.runs == "v12" ? extra_threads<V12>() : 0);
+    pl.threads = 32 * warps + runs.extra_threads;
     pl.smem_bytes = smem(pl.Br, pl.Bc);
     pl.blocks = p.B * p.H * ceil_div(p.N_q, pl.Br);
     if (runs.persistent) pl.persistent_blocks = cfg.persistent_blocks;

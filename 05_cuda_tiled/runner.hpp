@@ -57,6 +57,7 @@ struct KernelInfo {
   bool persistent = false;    // as many blocks as stay resident, each walking tiles; takes
                               // --persistent-blocks (v8, v10 ... v12)
   bool tile_counter = false;  // its tiles come from a 4-byte counter, the call's workspace (v10 ... v12)
+  int64_t extra_threads = 0;  // threads launched beyond its compute warps (v12: the producer warpgroup)
 };
 
 // Every kernel, in course order.

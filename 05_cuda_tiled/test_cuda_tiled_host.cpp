@@ -421,45 +421,53 @@ TEST_CASE("05 plan: v10 runs v9's two-warpgroup shapes with v8's second Q tile, 
   CHECK(fa05::plan("v10", fa::make_problem(1, 1, 1, 64, 64, 96, false), fa::DType::bf16, hopper).runs == "v1");
 }
 
-// v11 changes only how O leaves a tile (through the Q buffer it already has): every launch number
-// is v10's, and so are its fallbacks.
-TEST_CASE("05 plan: v11 launches exactly as v10 (shapes, blocks, shared memory, counter, grid cap); d = 64: v9; off sm_90: v5") {
+// `kernel` launches as `ref` does (shapes, blocks, shared memory, tile counter, grid cap) with
+// `extra` more threads where it runs itself (d = 128); at d = 64 both run v9 and say why; off
+// sm_90 it runs v5, with no workspace; fp32 runs v1.
+void check_plans_as(const std::string& kernel, const std::string& ref, int64_t extra) {
   fa05::Config hopper;
   hopper.sm = 90;
   for (int64_t d : {64, 128}) {
-    CHECK(fa05::block_shapes("v11", d).size() == fa05::block_shapes("v10", d).size());
-    CHECK(fa05::default_shape("v11", d).Br == fa05::default_shape("v10", d).Br);
-    CHECK(fa05::default_shape("v11", d).Bc == fa05::default_shape("v10", d).Bc);
-    for (const fa05::BlockShape& sh : fa05::block_shapes("v11", d))
+    CHECK(fa05::block_shapes(kernel, d).size() == fa05::block_shapes(ref, d).size());
+    CHECK(fa05::default_shape(kernel, d).Br == fa05::default_shape(ref, d).Br);
+    CHECK(fa05::default_shape(kernel, d).Bc == fa05::default_shape(ref, d).Bc);
+    for (const fa05::BlockShape& sh : fa05::block_shapes(kernel, d))
       for (int64_t cap : {0, 3}) {
-        INFO("d " << d << " shape " << sh.Br << "x" << sh.Bc << " cap " << cap);
+        INFO(kernel << " against " << ref << ", d " << d << " shape " << sh.Br << "x" << sh.Bc << " cap " << cap);
         fa05::Config cfg = hopper;
         cfg.Br = sh.Br, cfg.Bc = sh.Bc, cfg.persistent_blocks = cap;
         const fa::AttnProblem p = fa::make_problem(2, 4, 2, 1000, 300, d, true);
-        const fa05::Plan v11 = fa05::plan("v11", p, fa::DType::bf16, cfg);
-        const fa05::Plan v10 = fa05::plan("v10", p, fa::DType::bf16, cfg);
-        CHECK(v11.runs == (d == 128 ? "v11" : "v9"));
-        CHECK((v10.runs == "v9") == (v11.runs == "v9"));
-        CHECK(v11.Br == v10.Br);
-        CHECK(v11.Bc == v10.Bc);
-        CHECK(v11.threads == v10.threads);
-        CHECK(v11.blocks == v10.blocks);
-        CHECK(v11.smem_bytes == v10.smem_bytes);
-        CHECK(v11.workspace_bytes == v10.workspace_bytes);
-        CHECK(v11.persistent_blocks == v10.persistent_blocks);
-        if (d == 128) CHECK(v11.note.empty());
-        if (d == 64) CHECK(v11.note.find("v11 runs d = 128 only") != std::string::npos);
+        const fa05::Plan k = fa05::plan(kernel, p, fa::DType::bf16, cfg);
+        const fa05::Plan r = fa05::plan(ref, p, fa::DType::bf16, cfg);
+        CHECK(k.runs == (d == 128 ? kernel : "v9"));
+        CHECK((r.runs == "v9") == (k.runs == "v9"));
+        CHECK(k.Br == r.Br);
+        CHECK(k.Bc == r.Bc);
+        CHECK(k.threads == r.threads + (d == 128 ? extra : 0));
+        CHECK(k.blocks == r.blocks);
+        CHECK(k.smem_bytes == r.smem_bytes);
+        CHECK(k.workspace_bytes == r.workspace_bytes);
+        CHECK(k.persistent_blocks == r.persistent_blocks);
+        if (d == 128) CHECK(k.note.empty());
+        if (d == 64) CHECK(k.note.find(kernel + " runs d = 128 only") != std::string::npos);
         fa05::Config ampere = cfg;
         ampere.sm = 80;
-        const fa05::Plan fb = fa05::plan("v11", p, fa::DType::bf16, ampere);
+        const fa05::Plan fb = fa05::plan(kernel, p, fa::DType::bf16, ampere);
         CHECK(fb.runs == "v5");
+        CHECK(fb.threads == r.threads);
         CHECK(fb.workspace_bytes == 0);
-        CHECK(fb.note.find("v11 runs on sm_90 only") != std::string::npos);
+        CHECK(fb.note.find(kernel + " runs on sm_90 only") != std::string::npos);
       }
   }
-  CHECK(fa05::plan("v11", fa::make_problem(1, 1, 1, 64, 64, 64, false), fa::DType::fp32, hopper).runs == "v1");
-  fa05::Config capped = hopper;
-  capped.persistent_blocks = 2;
+  CHECK(fa05::plan(kernel, fa::make_problem(1, 1, 1, 64, 64, 64, false), fa::DType::fp32, hopper).runs == "v1");
+}
+
+// v11 changes only how O leaves a tile (through the Q buffer it already has): every launch number
+// is v10's, and so are its fallbacks.
+TEST_CASE("05 plan: v11 launches exactly as v10 (shapes, blocks, shared memory, counter, grid cap); d = 64: v9; off sm_90: v5") {
+  check_plans_as("v11", "v10", 0);
+  fa05::Config capped;
+  capped.sm = 90, capped.persistent_blocks = 2;
   CHECK_THROWS_WITH_AS(fa05::plan("v9", fa::make_problem(1, 2, 2, 500, 500, 128, false), fa::DType::bf16, capped),
                        doctest::Contains("only with v8, v10, v11 or v12"), fa05::Unsupported);
 }
@@ -467,40 +475,7 @@ TEST_CASE("05 plan: v11 launches exactly as v10 (shapes, blocks, shared memory, 
 // v12 keeps v11's tile, shapes and shared memory (its barriers are static shared memory, on top);
 // it launches a producer warpgroup, 128 threads, beyond v11's compute warps. Its fallbacks are v11's.
 TEST_CASE("05 plan: v12 launches as v11 plus a producer warpgroup (128 threads); d = 64: v9; off sm_90: v5") {
-  fa05::Config hopper;
-  hopper.sm = 90;
-  for (int64_t d : {64, 128}) {
-    CHECK(fa05::block_shapes("v12", d).size() == fa05::block_shapes("v11", d).size());
-    CHECK(fa05::default_shape("v12", d).Br == fa05::default_shape("v11", d).Br);
-    CHECK(fa05::default_shape("v12", d).Bc == fa05::default_shape("v11", d).Bc);
-    for (const fa05::BlockShape& sh : fa05::block_shapes("v12", d))
-      for (int64_t cap : {0, 3}) {
-        INFO("d " << d << " shape " << sh.Br << "x" << sh.Bc << " cap " << cap);
-        fa05::Config cfg = hopper;
-        cfg.Br = sh.Br, cfg.Bc = sh.Bc, cfg.persistent_blocks = cap;
-        const fa::AttnProblem p = fa::make_problem(2, 4, 2, 1000, 300, d, true);
-        const fa05::Plan v12 = fa05::plan("v12", p, fa::DType::bf16, cfg);
-        const fa05::Plan v11 = fa05::plan("v11", p, fa::DType::bf16, cfg);
-        CHECK(v12.runs == (d == 128 ? "v12" : "v9"));
-        CHECK(v12.Br == v11.Br);
-        CHECK(v12.Bc == v11.Bc);
-        CHECK(v12.threads == v11.threads + (d == 128 ? 128 : 0));
-        CHECK(v12.blocks == v11.blocks);
-        CHECK(v12.smem_bytes == v11.smem_bytes);
-        CHECK(v12.workspace_bytes == v11.workspace_bytes);
-        CHECK(v12.persistent_blocks == v11.persistent_blocks);
-        if (d == 128) CHECK(v12.note.empty());
-        if (d == 64) CHECK(v12.note.find("v12 runs d = 128 only") != std::string::npos);
-        fa05::Config ampere = cfg;
-        ampere.sm = 80;
-        const fa05::Plan fb = fa05::plan("v12", p, fa::DType::bf16, ampere);
-        CHECK(fb.runs == "v5");
-        CHECK(fb.threads == v11.threads);
-        CHECK(fb.workspace_bytes == 0);
-        CHECK(fb.note.find("v12 runs on sm_90 only") != std::string::npos);
-      }
-  }
-  CHECK(fa05::plan("v12", fa::make_problem(1, 1, 1, 64, 64, 64, false), fa::DType::fp32, hopper).runs == "v1");
+  check_plans_as("v12", "v11", 128);
 }
 
 TEST_CASE("05 plan: the cuBLAS baseline's workspace is S (float32) and P (in 16 bits)") {

@@ -123,13 +123,14 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
     return x;
   };
 
-  if (threadIdx.x == 0)
+  if (threadIdx.x == 0) {
     for (int s = 0; s < 2; ++s) {
       ptx::mbar_init(&full_q[s], 1), ptx::mbar_init(&full_k[s], 1), ptx::mbar_init(&full_v[s], 1);
       ptx::mbar_init(&empty_q[s], kConsumers), ptx::mbar_init(&empty_k[s], kConsumers);
       ptx::mbar_init(&empty_v[s], kConsumers);
     }
-  if (threadIdx.x == 0) ptx::mbar_init_fence();  // the copy engine sees them initialised too
+    ptx::mbar_init_fence();  // the copy engine sees them initialised too
+  }
   __syncthreads();  // the barriers exist before anyone waits on them; no block-wide barrier after this
 
   if (threadIdx.x < kProducerThreads) {
