@@ -12,6 +12,8 @@
 #include "kernels/bwd_v1_smem.cuh"
 #include "kernels/bwd_v2_mma.cuh"
 #include "kernels/bwd_v3_split.cuh"
+#include "kernels/bwd_v4_wgmma.cuh"
+#include "gpu.hpp"
 #include "runner_bwd.hpp"
 
 namespace fa06 {
@@ -19,8 +21,9 @@ namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// gpu_v3 and gpu_v3_det; the deterministic variants (dQ added in key-block order).
+// gpu_v3 and gpu_v3_det, gpu_v4 and gpu_v4_det; the deterministic variants (dQ added in key-block order).
 bool is_v3(const std::string& k) { return k.rfind("gpu_v3", 0) == 0; }
+bool is_v4(const std::string& k) { return k.rfind("gpu_v4", 0) == 0; }
 bool is_det(const std::string& k) { return k.size() > 4 && k.compare(k.size() - 4, 4, "_det") == 0; }
 
 // Shared memory above 48 KiB must be asked for, per kernel, and must fit this GPU (an A100 has
@@ -65,7 +68,7 @@ void with_shape(int64_t d, const BwdShape& sh, Go&& go) {
 }  // namespace
 
 const std::vector<std::string>& backward_kernels() {
-  static const std::vector<std::string> k = {"gpu_v1", "gpu_v2", "gpu_v2_det", "gpu_v3", "gpu_v3_det"};
+  static const std::vector<std::string> k = {"gpu_v1", "gpu_v2", "gpu_v2_det", "gpu_v3", "gpu_v3_det", "gpu_v4", "gpu_v4_det"};
   return k;
 }
 
@@ -82,22 +85,39 @@ std::vector<BwdShape> bwd_shapes(int64_t d) {
 
 BwdShape default_bwd_shape(int64_t d) { return d == 64 ? BwdShape{128, 32} : BwdShape{128, 16}; }
 
-BwdPlan backward_plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, BwdShape shape) {
+BwdPlan backward_plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, BwdShape shape, int sm) {
   const auto& ks = backward_kernels();
   if (std::find(ks.begin(), ks.end(), kernel) == ks.end())
-    throw fa::InputError("--bwd-kernel", "gpu_v1, gpu_v2, gpu_v2_det, gpu_v3 or gpu_v3_det", "'" + kernel + "'");
+    throw fa::InputError("--bwd-kernel", "gpu_v1, gpu_v2, gpu_v3, gpu_v4 or a _det variant of the last three", "'" + kernel + "'");
   fa::validate(p);
   if (p.d > 256) throw fa::InputError("--head-dim", "at most 256 for the GPU backward", std::to_string(p.d));
   const bool asked = shape.Bc != 0 || shape.keys_per_warp != 0;
-  const bool v3 = is_v3(kernel), det = is_det(kernel);
-  if (asked && (kernel == "gpu_v1" || v3))
+  const bool det = is_det(kernel);
+  if (asked && kernel != "gpu_v2" && kernel != "gpu_v2_det")
     throw fa::InputError("shape (fa06::BwdShape)", "no block choice for " + kernel, std::to_string(shape.Bc));
   BwdPlan pl;
   pl.runs = kernel;
   if (kernel != "gpu_v1" && (dtype == fa::DType::fp32 || bwd_shapes(p.d).empty())) {
     pl.runs = "gpu_v1";
     pl.note = kernel + " runs fp16/bf16 at d = 64 and 128; gpu_v1 runs this one";
+  } else if (is_v4(kernel)) {
+    if (sm == 0) sm = fa::gpu_compute_capability();
+#if FA06_HAVE_SM90A
+    constexpr bool built = true;
+#else
+    constexpr bool built = false;  // gpu_v4 is compiled only into sm_90a code
+#endif
+    const std::string suffix = det ? "_det" : "";
+    if (p.d != 128) {
+      pl.runs = "gpu_v2" + suffix;
+      pl.note = kernel + " runs d = 128 only (at d = 64 gpu_v2's 32 keys a warp is the faster design): ran " + pl.runs;
+    } else if (!built || (sm > 0 && sm != 90)) {
+      pl.runs = "gpu_v3" + suffix;
+      pl.note = !built ? kernel + " needs a build for sm_90a (wgmma); this one has none: ran " + pl.runs
+                       : kernel + " runs on sm_90 only (wgmma); ran " + pl.runs + " on this sm_" + std::to_string(sm) + " GPU";
+    }
   }
+  const bool v3 = is_v3(pl.runs), v4 = is_v4(pl.runs);
   const int64_t blocks_d = ceil_div(p.lse_elems(), 8);  // row_dots_kernel: 8 rows per block
   if (pl.runs == "gpu_v1") {
     const int64_t B = p.d <= 64 ? 64 : 32;
@@ -110,6 +130,13 @@ BwdPlan backward_plan(const std::string& kernel, const fa::AttnProblem& p, fa::D
     pl.smem_dkdv = 4 * int64_t(L.pass1_floats());
     pl.smem_dq = 4 * int64_t(L.pass2_floats());
     pl.workspace_bytes = 4 * p.lse_elems();
+  } else if (v4) {
+    pl.Bc = bwd_v4::Bc;
+    pl.keys_per_warp = 16;
+    pl.Br = bwd_v2::Br;
+    pl.threads = bwd_v4::kThreads;
+    pl.blocks_dkdv = p.B * p.H_kv * ceil_div(p.N_k, pl.Bc);
+    pl.smem_dkdv = bwd_v4::smem_bytes<128>();
   } else if (v3) {
     pl.Bc = bwd_v3::Bc;
     pl.keys_per_warp = 32;
@@ -167,7 +194,7 @@ void run_v1(const BwdPlan& pl, const fa::AttnProblem& p, const T* q, const T* k,
 
 // gpu_v2 and gpu_v3 (and their deterministic variants): the main kernel, then dQ's conversion.
 template <class T>
-void run_tensor_cores(const BwdPlan& pl, bool v3, bool det, const fa::AttnProblem& p, const T* q, const T* k,
+void run_tensor_cores(const BwdPlan& pl, bool det, const fa::AttnProblem& p, const T* q, const T* k,
                       const T* v, const T* g, const float* LSE, const float* D, T* dQ, T* dK, T* dV,
                       cudaStream_t stream) {
   // dQ's float32 accumulator (and the turns of the deterministic variants) start at zero.
@@ -182,7 +209,9 @@ void run_tensor_cores(const BwdPlan& pl, bool v3, bool det, const fa::AttnProble
         q, k, v, g, LSE, D, dK, dV, dQacc.get(), turn.get(), p, p.resolved_scale(), ceil_div(p.N_k, pl.Bc));
     FA_CUDA_CHECK(cudaGetLastError());
   };
-  if (v3) {
+  if (is_v4(pl.runs)) {
+    det ? launch(bwd_v4::dk_dv_dq_kernel<T, 128, true>) : launch(bwd_v4::dk_dv_dq_kernel<T, 128, false>);
+  } else if (is_v3(pl.runs)) {
     if (p.d == 64) det ? launch(bwd_v3::dk_dv_dq_kernel<T, 64, true>) : launch(bwd_v3::dk_dv_dq_kernel<T, 64, false>);
     else det ? launch(bwd_v3::dk_dv_dq_kernel<T, 128, true>) : launch(bwd_v3::dk_dv_dq_kernel<T, 128, false>);
   } else {
@@ -218,7 +247,7 @@ void backward(const std::string& kernel, const fa::AttnProblem& p, fa::DType dty
     if (pl.runs == "gpu_v1") {
       run_v1<T>(pl, p, q, k, v, g, LSE, D.get(), static_cast<T*>(dQ), static_cast<T*>(dK), static_cast<T*>(dV), stream);
     } else if constexpr (!std::is_same_v<T, float>) {
-      run_tensor_cores<T>(pl, is_v3(pl.runs), is_det(pl.runs), p, q, k, v, g, LSE, D.get(), static_cast<T*>(dQ),
+      run_tensor_cores<T>(pl, is_det(pl.runs), p, q, k, v, g, LSE, D.get(), static_cast<T*>(dQ),
                           static_cast<T*>(dK), static_cast<T*>(dV), stream);
     }
   });

@@ -17,6 +17,10 @@
 //   gpu_v3      kernels/bwd_v3_split.cuh: gpu_v2 with P^T and dS^T through shared memory, so the
 //               products before and after them split the work among warps differently
 //   gpu_v3_det  the same with dQ in key-block order
+//   gpu_v4      kernels/bwd_v4_wgmma.cuh: gpu_v3's step on Hopper's wgmma, two warpgroups of 64
+//               keys, operands read from shared memory by the tensor cores; bf16/fp16 at d = 128
+//               on sm_90a (d = 64: gpu_v2 runs; other GPUs or builds: gpu_v3)
+//   gpu_v4_det  the same with dQ in key-block order
 #pragma once
 #include <cuda_runtime.h>
 
@@ -67,9 +71,12 @@ struct BwdPlan {
 
 // Throws fa::InputError for an invalid problem (fa::validate), an unknown kernel ("--bwd-kernel"),
 // d > 256 ("--head-dim"), a grid past 2^31 - 1 thread blocks, or a shape gpu_v2 is not compiled
-// for (argument "shape": bwd_shapes(d); gpu_v1 and gpu_v3 take none). gpu_v1 blocks: 64 rows for d <= 64, else 32
-// (shared memory: at most 201 KiB at d = 256).
-BwdPlan backward_plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, BwdShape shape = {});
+// for (argument "shape": bwd_shapes(d); gpu_v1, gpu_v3 and gpu_v4 take none). gpu_v1 blocks: 64 rows for d <= 64,
+// else 32 (shared memory: at most 201 KiB at d = 256). sm: the GPU's compute capability (major * 10 +
+// minor) for gpu_v4's choice (it needs 90 and a build for sm_90a; else gpu_v3 runs, and the note says
+// why); 0: the current device's (none: assumed to be able).
+BwdPlan backward_plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, BwdShape shape = {},
+                     int sm = 0);
 
 // Runs the backward on device pointers (layout above) on `stream`, without waiting for it:
 // D = rowsum(dO * O), then the kernels of the plan; every element of dQ, dK, dV is written.

@@ -1,10 +1,11 @@
 // Stage 06's GPU tests (skipped, exit code 77, on a machine without a GPU):
 //   - the backward battery for gpu_v1 (fp32), fed by stage 05 v1's O and LSE, and for the
-//     tensor-core backwards gpu_v2, gpu_v3 and their _det variants (fp16, bf16), fed by stage 05
+//     tensor-core backwards gpu_v2, gpu_v3, gpu_v4 and their _det variants (fp16, bf16), fed by stage 05
 //     v7's (v5's off sm_90), against the float64 reference backward and stage 01's materialised backward (16-bit:
 //     plus what storing values in 16 bits causes)
 //   - ragged sizes around the blocks, N_q != N_k, causal (rows that see no key), GQA: gpu_v1 at
-//     d = 1 .. 256, gpu_v2 and gpu_v3 at d = 64 and 128 (gpu_v2 at each of its block shapes)
+//     d = 1 .. 256, gpu_v2 and gpu_v3 at d = 64 and 128 (gpu_v2 at each of its block shapes), gpu_v4
+//     at d = 128
 //   - bit-identical gradients run after run for gpu_v1 (no atomics) and the _det variants (dQ
 //     added in key-block order)
 //   - scale != 1/sqrt(d), MQA and B > 1 at the tensor-core head dims
@@ -75,6 +76,15 @@ TEST_CASE("06 gpu_v2: backward battery in fp16 and bf16, O and LSE from stage 05
   }
 }
 
+TEST_CASE("06 gpu_v4, gpu_v4_det: backward battery in bf16 (gpu_v4 also fp16; d = 64: gpu_v2 runs)") {
+  for (const char* k : {"gpu_v4", "gpu_v4_det"})
+    for (fa::DType t : kHalfTypes) {
+      if (std::string(k) != "gpu_v4" && t == fa::DType::fp16) continue;
+      INFO(k << " " << std::string(fa::dtype_name(t)));
+      fa::check_backward_battery(stage_06_gpu_backward(k, t), false, stage_06_gpu_forward(t), v2_storage(t));
+    }
+}
+
 TEST_CASE("06 gpu_v2_det, gpu_v3, gpu_v3_det: backward battery in bf16 (gpu_v3 also fp16)") {
   for (const char* k : {"gpu_v2_det", "gpu_v3", "gpu_v3_det"})
     for (fa::DType t : kHalfTypes) {
@@ -89,12 +99,14 @@ TEST_CASE("06 gpu_v2_det, gpu_v3, gpu_v3_det: backward battery in bf16 (gpu_v3 a
 const int64_t kRaggedSizes[][2] = {{1, 1},     {1, 200},  {17, 17},  {63, 63},    {64, 64},    {65, 65},
                                    {127, 129}, {129, 127}, {200, 63}, {63, 200}, {300, 1000}, {1000, 300}};
 
-// gpu_v2 or gpu_v3 (and its _det variant) at d = 64 and 128, at each of its block shapes.
+// gpu_v2 or gpu_v3 (and its _det variant) at d = 64 and 128, at each of its block shapes; gpu_v4
+// at d = 128 (the one it runs).
 void check_ragged(const std::string& version) {
   for (const std::string& k : {version, version + "_det"})
     for (int64_t d : {64, 128}) {
+      if (version == "gpu_v4" && d != 128) continue;
       std::vector<fa06::BwdShape> shapes = fa06::bwd_shapes(d);
-      if (version == "gpu_v3") shapes = {{}};  // one shape, no choice
+      if (version != "gpu_v2") shapes = {{}};  // one shape, no choice
       for (const fa06::BwdShape& sh : shapes)
         for (auto& nn : kRaggedSizes)
           for (bool causal : {false, true}) {
@@ -117,12 +129,15 @@ TEST_CASE("06 gpu_v2: ragged N_q != N_k, causal, GQA at d = 64 and 128, every bl
 
 TEST_CASE("06 gpu_v3: ragged N_q != N_k, causal, GQA at d = 64 and 128, fp16 and bf16") { check_ragged("gpu_v3"); }
 
+TEST_CASE("06 gpu_v4: ragged N_q != N_k, causal, GQA at d = 128, fp16 and bf16") { check_ragged("gpu_v4"); }
+
 // The battery's cases with another scale, MQA and B > 1 are at d <= 32 (gpu_v1 runs them): the
 // same at d = 64 and 128 for the tensor-core backwards.
-TEST_CASE("06 gpu_v2, gpu_v3: scale 0.3, MQA (8 heads, 1 kv head), B = 3 at d = 64 and 128") {
-  for (const char* k : {"gpu_v2", "gpu_v3", "gpu_v3_det"})
+TEST_CASE("06 gpu_v2, gpu_v3, gpu_v4: scale 0.3, MQA (8 heads, 1 kv head), B = 3 at d = 64 and 128 (gpu_v4: 128)") {
+  for (const char* k : {"gpu_v2", "gpu_v3", "gpu_v3_det", "gpu_v4", "gpu_v4_det"})
     for (int64_t d : {64, 128})
       for (bool causal : {false, true}) {
+        if (std::string(k).rfind("gpu_v4", 0) == 0 && d != 128) continue;
         fa::AttnProblem p = fa::make_problem(3, 8, 1, 100, 150, d, causal);
         p.scale = 0.3f;
         const fa::Case c{std::string(k) + " scale/MQA/batch", p, fa::Fill::Normal};
@@ -133,10 +148,11 @@ TEST_CASE("06 gpu_v2, gpu_v3: scale 0.3, MQA (8 heads, 1 kv head), B = 3 at d = 
       }
 }
 
-TEST_CASE("06 gpu_v2_det, gpu_v3_det: bit-identical gradients over 20 runs (dQ added in key-block order)") {
-  for (const char* k : {"gpu_v2_det", "gpu_v3_det"})
+TEST_CASE("06 gpu_v2_det, gpu_v3_det, gpu_v4_det: bit-identical gradients over 20 runs (dQ added in key-block order)") {
+  for (const char* k : {"gpu_v2_det", "gpu_v3_det", "gpu_v4_det"})
   for (const fa::AttnProblem& p :
-       {fa::make_problem(2, 4, 1, 301, 257, 64, true), fa::make_problem(1, 4, 2, 700, 1333, 128, false)})
+       {fa::make_problem(2, 4, 1, 301, 257, 64, true), fa::make_problem(1, 4, 2, 700, 1333, 128, false),
+        fa::make_problem(1, 4, 2, 1000, 700, 128, true)})
     for (const fa06::BwdShape& sh : std::string(k) == "gpu_v2_det" ? fa06::bwd_shapes(p.d) : std::vector<fa06::BwdShape>{{}}) {
       INFO(k << " " << p.describe() << " Bc " << sh.Bc << ", " << sh.keys_per_warp << " keys a warp");
       const fa::DType t = fa::DType::bf16;
@@ -154,13 +170,13 @@ TEST_CASE("06 gpu_v2_det, gpu_v3_det: bit-identical gradients over 20 runs (dQ a
     }
 }
 
-TEST_CASE("06 gpu_v2, gpu_v3: extra GPU memory is D and dQ's float32 accumulator (_det: + one int per query block)") {
+TEST_CASE("06 gpu_v2, gpu_v3, gpu_v4: extra GPU memory is D and dQ's float32 accumulator (_det: + one int per query block)") {
   const fa::AttnProblem p = fa::make_problem(2, 4, 2, 300, 500, 128, true);
   const fa::DType t = fa::DType::bf16;
   fa::Inputs in = fa::random_inputs(p, 2);
   fa::add_grad_output(in, "", 4);
   const fa::ForwardRun fwd = fa::run_forward(stage_06_gpu_forward(t), in);
-  for (const char* name : {"gpu_v2", "gpu_v2_det", "gpu_v3", "gpu_v3_det"}) {
+  for (const char* name : {"gpu_v2", "gpu_v2_det", "gpu_v3", "gpu_v3_det", "gpu_v4", "gpu_v4_det"}) {
     const std::string k = name;
     INFO(k);
     fa::ExtraDeviceMemory mem;

@@ -81,6 +81,46 @@ TEST_CASE("06 gpu plan: gpu_v3 takes 128 keys a block, 8 warps, and P^T in share
   CHECK(fa06::backward_plan("gpu_v3", fa::make_problem(1, 2, 2, 100, 100, 32, false), fa::DType::bf16).runs == "gpu_v1");
 }
 
+TEST_CASE("06 gpu plan: gpu_v4 takes 128 keys a block, two warpgroups, swizzled tiles without padding") {
+  for (const char* k : {"gpu_v4", "gpu_v4_det"}) {
+    INFO(k);
+    const fa::AttnProblem p = fa::make_problem(2, 8, 2, 1000, 300, 128, true);
+    const fa06::BwdPlan pl = fa06::backward_plan(k, p, fa::DType::bf16, {}, 90);
+    CHECK(pl.runs == k);
+    CHECK(pl.note.empty());
+    CHECK(pl.Br == 64);
+    CHECK(pl.Bc == 128);
+    CHECK(pl.threads == 256);
+    CHECK(pl.blocks_dkdv == 2 * 2 * 3);
+    // K_j, V_j, 2 x Q_i, 2 x dO_i, dS^T in 16 bits; LSE_i, D_i twice; 1024 bytes to align the swizzle.
+    CHECK(pl.smem_dkdv == (2 * 128 * 128 + 4 * 64 * 128 + 128 * 64) * 2 + 4 * 64 * 4 + 1024);
+    CHECK(pl.smem_dkdv <= 227 * 1024);
+    const int64_t turns = std::string(k) == "gpu_v4_det" ? 4 * (2 * 8 * ((1000 + 63) / 64) + 1) : 0;
+    CHECK(pl.workspace_bytes == 4 * 2 * 8 * 1000 + 4 * p.q_elems() + turns);
+    CHECK_THROWS_WITH_AS(fa06::backward_plan(k, p, fa::DType::bf16, {128, 16}), doctest::Contains("shape (fa06::BwdShape)"),
+                         fa::InputError);
+  }
+}
+
+TEST_CASE("06 gpu plan: gpu_v4 falls back, and says so: gpu_v2 at d = 64, gpu_v3 off sm_90, gpu_v1 in fp32") {
+  const fa::AttnProblem p64 = fa::make_problem(1, 2, 2, 100, 100, 64, false), p128 = fa::make_problem(1, 2, 2, 100, 100, 128, false);
+  for (const std::string k : {"gpu_v4", "gpu_v4_det"}) {
+    const std::string det = k == "gpu_v4_det" ? "_det" : "";
+    INFO(k);
+    fa06::BwdPlan pl = fa06::backward_plan(k, p64, fa::DType::bf16, {}, 90);
+    CHECK(pl.runs == "gpu_v2" + det);
+    CHECK(pl.keys_per_warp == 32);  // gpu_v2's own d = 64 shape
+    CHECK(pl.note.find("d = 128 only") != std::string::npos);
+    pl = fa06::backward_plan(k, p128, fa::DType::fp16, {}, 80);
+    CHECK(pl.runs == "gpu_v3" + det);
+    CHECK(pl.note.find("sm_80") != std::string::npos);
+    CHECK(pl.smem_dkdv == fa06::backward_plan("gpu_v3", p128, fa::DType::fp16).smem_dkdv);
+    pl = fa06::backward_plan(k, p128, fa::DType::fp32, {}, 90);
+    CHECK(pl.runs == "gpu_v1");
+    CHECK(pl.note.find("gpu_v1") != std::string::npos);
+  }
+}
+
 TEST_CASE("06 gpu plan: the default backward per head dim and dtype (the benchmark's fastest)") {
   CHECK(fa06::default_backward_kernel(64, fa::DType::fp32) == "gpu_v1");
   CHECK(fa06::default_backward_kernel(128, fa::DType::fp32) == "gpu_v1");

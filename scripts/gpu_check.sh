@@ -67,8 +67,9 @@ if has build; then
   { grep -A2 "Compiling entry function" "$LOG/build.log"; grep -E "C75[0-9][0-9]" "$LOG/build.log"; } >"$LOG/ptxas.txt" 2>/dev/null
   # v9 (and v10 ... v12: v9 in persistent blocks) exists for its overlap, which a serialised wgmma
   # undoes without changing a result: a C75xx message for a v9 ... v12 kernel fails this step
-  # (a compiler upgrade could bring one back).
-  NOTE="C75" step ptxas_v9_overlap 10 bash -c '! grep -E "C75[0-9][0-9].*fa05(2v9|3v10|3v11|3v12)" "$1"' ptxas "$LOG/ptxas.txt"
+  # (a compiler upgrade could bring one back). Stage 06's gpu_v4 likewise (its dV and dK products
+  # overlap the softmax and the barrier).
+  NOTE="C75" step ptxas_v9_overlap 10 bash -c '! grep -E "C75[0-9][0-9].*(fa05(2v9|3v10|3v11|3v12)|fa066bwd_v4)" "$1"' ptxas "$LOG/ptxas.txt"
 fi
 BIN=$BUILD/05_cuda_tiled
 
@@ -145,7 +146,7 @@ if has sanitize; then
   # shape 3 has four key blocks of 128, so gpu_v2_det's turns pass along a chain). The
   # deterministic variant's spin-wait only under memcheck, with a shorter limit.
   for tool in ${SANITIZE_BWD-memcheck racecheck synccheck initcheck}; do
-    for kd in ${SANITIZE_BWD_KERNELS:-gpu_v1:fp32:0,2,3 gpu_v2:bf16:0,1,3,4 gpu_v2:fp16:0 gpu_v3:bf16:1,3 gpu_v2_det:bf16:3 gpu_v3_det:bf16:3}; do
+    for kd in ${SANITIZE_BWD_KERNELS:-gpu_v1:fp32:0,2,3 gpu_v2:bf16:0,1,3,4 gpu_v2:fp16:0 gpu_v3:bf16:1,3 gpu_v2_det:bf16:3 gpu_v3_det:bf16:3 gpu_v4:bf16:1,3,5 gpu_v4:fp16:1 gpu_v4_det:bf16:3}; do
       IFS=: read -r k dt idx <<<"$kd"
       [[ "$k" == *_det ]] && [ "$tool" != memcheck ] && continue
       for i in ${idx//,/ }; do

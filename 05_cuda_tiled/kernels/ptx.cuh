@@ -206,6 +206,30 @@ __device__ __forceinline__ void wgmma_m64nNk16(float (&d)[N / 8][4], const uint3
   __trap();  // wgmma exists only on sm_90a; the runner never launches v7 elsewhere
 #endif
 }
+
+// d (64 x 64, fp32) += A (64 x 16) times B (16 x 64), both T and both read by the tensor cores from
+// shared memory by descriptor (the "SS" form; wgmma_m64nNk16 above takes A from registers). Used
+// by stage 06's gpu_v4, whose A operands (K_j, V_j, dS) already sit in shared memory. kTransA = 0:
+// A is stored K-major, each of its 64 rows a 16-element piece of a tile row (K_j as [key][dim] for
+// S^T = K_j Q_i^T); kTransA = 1: A is stored M-major, each of its 16 columns a 64-element row of
+// the tile (dS^T as [key][query], read as dS for dQ = dS K_j). kTransB as above. The transposed
+// forms exist for 16-bit types only (PTX ISA, wgmma "imm-trans-a").
+template <class T, int kTransA, int kTransB>
+__device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[8][4], uint64_t desc_a, uint64_t desc_b) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, 1, 1, 1, %34, %35;\n"
+                 : FA05_D4(0), FA05_D4(1), FA05_D4(2), FA05_D4(3), FA05_D4(4), FA05_D4(5), FA05_D4(6), FA05_D4(7)
+                 : "l"(desc_a), "l"(desc_b), "n"(kTransA), "n"(kTransB));
+  else
+    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, 1, 1, 1, %34, %35;\n"
+                 : FA05_D4(0), FA05_D4(1), FA05_D4(2), FA05_D4(3), FA05_D4(4), FA05_D4(5), FA05_D4(6), FA05_D4(7)
+                 : "l"(desc_a), "l"(desc_b), "n"(kTransA), "n"(kTransB));
+#else
+  (void)d, (void)desc_a, (void)desc_b;
+  __trap();  // sm_90a only; the runner never launches gpu_v4 elsewhere
+#endif
+}
 #undef FA05_D4
 
 // ---- Hopper (sm_90a): mbarriers and register hand-over, for warp specialisation (v12). PTX ISA,

@@ -1,0 +1,280 @@
+// Stage 06 on the GPU, v4: gpu_v3's step on Hopper's warpgroup matrix multiply, wgmma (sm_90a),
+// as stage 05's v7 moved the forward onto it. Read it beside bwd_v3_split.cuh: the task, the
+// steps, the loads, the mask and the softmax algebra are v3's; the five products change.
+//
+//   v3 (mma.sync, 8 warps)                           v4 (wgmma, 2 warpgroups of 4 warps)
+//   every operand loaded by ldmatrix into registers  K_j, V_j, Q_i, dO_i, dS^T read by the tensor
+//   before each 16 x 8 x 16 mma (ncu at d = 128:     cores straight from shared memory (128-byte
+//   the shared-memory pipe 65 % busy, the tensor     swizzle, a descriptor: no ldmatrix, no
+//   pipe 39 %)                                       registers for them)
+//   S^T, dP^T: a 4 x 2 grid of 32 x 32 warp tiles;   warpgroup w owns keys 64w .. 64w + 63 in every
+//   dV_j, dK_j: another grid of 32 keys x 64 dims,   product but dQ: S^T, dP^T (64 keys x 64
+//   so P^T went through shared memory               queries), dV_j, dK_j (64 keys x all 128 dims,
+//                                                    128 accumulator registers a thread)
+//   P^T, dS^T stored, read back by ldmatrix          P^T, dS^T go from the S^T / dP^T accumulators
+//                                                    straight into dV's / dK's A registers (stage
+//                                                    05 v2's P trick); only dS^T is stored, for dQ
+//   dQ_i += dS K_j: v2's add_dq (ldmatrix, mma)      one wgmma chain per warpgroup: 64 queries x
+//                                                    its 64 dims, all 128 keys; A = dS^T read
+//                                                    transposed by the tensor cores (imm-trans-a)
+//   products wait for their results                  issued asynchronously: dV's product runs
+//                                                    while dS^T is computed, dK's while dQ waits
+//                                                    for the barrier
+//
+// Why: FlashAttention-3 (Shah et al. 2024, Sec. 3 and its backward, Appendix B) builds on the same
+// observation as stage 05's v7: mma.sync keeps Hopper's tensor cores at a fraction of their peak,
+// and v3 is bound by the operand loads feeding them, not by the matrix units.
+//
+// Per step (one query block i of Br = 64 rows, one query head), warpgroup w computes (FA2
+// Algorithm 2, lines 10-16, transposed so that a warpgroup owns keys, as in v2):
+//   S^T  = K_j Q_i^T    (64 keys x 64 queries, K = 128 dims: 8 wgmma m64n64k16, A and B in smem)
+//   dP^T = V_j dO_i^T   (the same with V_j, dO_i)
+//   P^T  = exp(S^T - LSE_i);  dV_j += P^T dO_i   (A = P^T in registers, B = dO_i: 4 x 2 wgmma)
+//   dS^T = P^T (dP^T - D_i);  dK_j += dS^T Q_i   (the same with dS^T, Q_i)
+// and, after a barrier (dS^T of both warpgroups in shared memory):
+//   dQ_i[:, 64w .. 64w + 63] += dS K_j[:, 64w .. 64w + 63]   (8 wgmma: A = dS, B = K_j, both in smem)
+//
+// Layout, dQacc and the deterministic variant as v2; T = __half or __nv_bfloat16, D = 128 only
+// (at d = 64, v2's 32-keys-a-warp shape runs), sm_90a only (elsewhere the runner runs v3).
+#pragma once
+#include <cstdint>
+
+#include "bwd_v2_mma.cuh"
+#include "v7_wgmma.cuh"  // the 128-byte swizzle (swz) and the copy that writes it
+
+namespace fa06::bwd_v4 {
+
+namespace ptx = fa05::ptx;
+using bwd_v2::Br;
+using fa05::v7::copy_tile_swizzled;
+using fa05::v7::swz;
+
+constexpr int kWarpgroups = 2, kThreads = 128 * kWarpgroups, Bc = 64 * kWarpgroups;
+
+// K_j, V_j (Bc x D), two each of Q_i, dO_i (Br x D), dS^T (Bc x Br), all 16-bit in the 128-byte
+// swizzle (no padding), LSE_i and D_i (2 x Br floats each), and 1024 bytes of slack to align the
+// swizzled tiles: 146 KiB at D = 128.
+template <int D>
+constexpr int smem_bytes() {
+  return 1024 + (2 * Bc * D + 4 * Br * D + Bc * Br) * 2 + 4 * Br * 4;
+}
+
+// dQ_i's 64 x 64 piece of warpgroup wg (rows 16 warp + g (+ 8), dims 64 wg + 8n + 2 t4 (+ 1) in
+// the accumulator layout) added into dQacc: as bwd_v2::add_dq, atomically or, in the
+// deterministic variant, in key-block order (the caller holds the turn).
+template <bool kDeterministic>
+__device__ __forceinline__ void add_dq_piece(const float (&dq)[8][4], float* dQacc, const fa::AttnProblem& p,
+                                             int64_t b, int64_t h, int64_t r0, int br, int wg) {
+  const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
+  for (int r = 0; r < 2; ++r) {
+    const int q = warp * 16 + g + r * 8;
+    if (q >= br) continue;  // rows past N_q: nothing to add, and no memory there
+    float* out = dQacc + p.q_offset(b, h, r0 + q) + wg * 64 + 2 * t4;
+    for (int n = 0; n < 8; ++n) {
+      const float2 add = make_float2(dq[n][2 * r], dq[n][2 * r + 1]);
+      float2* at = reinterpret_cast<float2*>(out + n * 8);
+      if constexpr (kDeterministic) {
+        float2 v = __ldcg(at);
+        v.x += add.x, v.y += add.y;
+        __stcg(at, v);
+      } else {
+#if __CUDA_ARCH__ >= 900
+        atomicAdd(at, add);
+#else
+        atomicAdd(&at->x, add.x), atomicAdd(&at->y, add.y);
+#endif
+      }
+    }
+  }
+}
+
+// One thread block per (b, kv head hk, key block j) of Bc = 128 keys, as v3. Tc key blocks per head.
+template <class T, int D, bool kDeterministic>
+__global__ void __launch_bounds__(kThreads, 1)
+dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
+                const T* __restrict__ dO, const float* __restrict__ LSE, const float* __restrict__ Dv,
+                T* __restrict__ dK, T* __restrict__ dV, float* __restrict__ dQacc, int* __restrict__ dq_turn,
+                const fa::AttnProblem p, const float scale, const int64_t Tc) {
+  static_assert(D == 128, "two 64-column slabs per row; dQ's dims split between the two warpgroups");
+  extern __shared__ __align__(16) unsigned char sram[];
+  // 1024-aligned for the swizzle (stage 05 v9 says why).
+  T* Ks = reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(sram) + 1023) / 1024 * 1024);  // (Bc x D)
+  T* Vs = Ks + Bc * D;                                  // (Bc x D)
+  T* Qs = Vs + Bc * D;                                  // (2, Br x D): Q_i of step s in buffer s % 2
+  T* dOs = Qs + 2 * Br * D;                             // (2, Br x D)
+  T* dSt = dOs + 2 * Br * D;                            // (Bc x Br): dS^T of the step, for dQ
+  float* Ls = reinterpret_cast<float*>(dSt + Bc * Br);  // (2, Br): LSE_i
+  float* Ds = Ls + 2 * Br;                              // (2, Br): D_i
+  const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
+  const int g = lane / 4, t4 = lane % 4;        // fragment coordinates (ptx.cuh)
+  const int kw = wg * 64 + warp * 16;           // this warp's 16 keys: rows g and g + 8 of them
+  const float c = scale * 1.4426950408889634f;  // scale log2(e): exp(scale x) = 2^(c x)
+  const auto desc = [](const T* tile) { return ptx::smem_desc_sw128(tile); };
+
+  // The task, the steps and their loads: as v3, into swizzled tiles.
+  const int64_t Tr = (p.N_q + Br - 1) / Br;
+  const int64_t t = bwd_v2::task_index<kDeterministic>(dq_turn, p.B * p.H * Tr), G = p.H / p.H_kv,
+                shift = p.N_k - p.N_q;
+  const int64_t b = t / (p.H_kv * Tc), hk = t / Tc % p.H_kv, j = t % Tc, c0 = j * Bc;
+  const int bc = int(min(int64_t(Bc), p.N_k - c0));
+  const int64_t i_first = p.causal ? max(int64_t(0), c0 - shift) / Br : 0;
+  const int64_t blocks_per_head = max(int64_t(0), Tr - i_first), steps = G * blocks_per_head;
+  auto step_head = [&](int64_t s) { return hk * G + s / blocks_per_head; };
+  auto step_row0 = [&](int64_t s) { return (i_first + s % blocks_per_head) * Br; };
+  auto load_step = [&](int64_t s) {
+    const int64_t h = step_head(s), r0 = step_row0(s);
+    const int br = int(min(int64_t(Br), p.N_q - r0)), buf = int(s % 2);
+    copy_tile_swizzled<D, Br, kThreads>(Qs + buf * Br * D, Q + p.q_offset(b, h, r0), br);
+    copy_tile_swizzled<D, Br, kThreads>(dOs + buf * Br * D, dO + p.q_offset(b, h, r0), br);
+    for (int r = threadIdx.x; r < Br; r += kThreads) {
+      const int64_t at = p.lse_offset(b, h, r0 + min(r, br - 1));
+      ptx::cp_async_4(Ls + buf * Br + r, LSE + at, r < br);
+      ptx::cp_async_4(Ds + buf * Br + r, Dv + at, r < br);
+    }
+  };
+
+  copy_tile_swizzled<D, Bc, kThreads>(Ks, K + p.kv_offset(b, hk * G, c0), bc);
+  copy_tile_swizzled<D, Bc, kThreads>(Vs, V + p.kv_offset(b, hk * G, c0), bc);
+  if (steps > 0) load_step(0);
+  ptx::cp_async_commit();
+  // dK_j, dV_j (line 7): this warpgroup's 64 keys x 128 dims as two m64n64 accumulators, dk[sl]
+  // for dims 64 sl .. 64 sl + 63 (dk[sl][n][e]: key kw + g + 8 (e / 2), dim 64 sl + 8n + 2 t4 + e % 2).
+  float dk[D / 64][8][4] = {}, dv[D / 64][8][4] = {};
+
+  for (int64_t s = 0; s < steps; ++s) {  // line 8
+    // Step s's tiles are in (the wait: this thread's copies; the fence: visible to the tensor
+    // cores, which read through the async proxy; the barrier: everyone's), and every warpgroup
+    // has waited for its step s-1 products, so their buffers (and dS^T) can be refilled.
+    ptx::cp_async_wait<0>();
+    ptx::fence_proxy_async();
+    __syncthreads();
+    if (s + 1 < steps) load_step(s + 1);
+    ptx::cp_async_commit();
+    const int64_t h = step_head(s), r0 = step_row0(s);
+    const int br = int(min(int64_t(Br), p.N_q - r0));
+    const T* Qi = Qs + (s % 2) * Br * D;
+    const T* dOi = dOs + (s % 2) * Br * D;
+    const float* Li = Ls + (s % 2) * Br;
+    const float* Di = Ds + (s % 2) * Br;
+
+    // S^T = K_j Q_i^T (line 10) and dP^T = V_j dO_i^T (line 13), one group each. A: this
+    // warpgroup's 64 rows of K_j (V_j), K-major; B: Q_i (dO_i) [query][dim], K-major as K_j is in
+    // the forward. Dim step k: slab k / 4, 16 k % 4 elements into the 128-byte row.
+    float st[8][4] = {}, dpt[8][4] = {};  // st[n][e]: key kw + g + 8 (e / 2), query 8n + 2 t4 + e % 2
+    ptx::wgmma_pin(st);
+    ptx::wgmma_pin(dpt);
+    ptx::wgmma_fence();
+    for (int k = 0; k < D / 16; ++k)
+      ptx::wgmma_m64n64k16_ss<T, 0, 0>(st, desc(Ks + (k / 4) * Bc * 64 + wg * 64 * 64 + (k % 4) * 16),
+                                       desc(Qi + (k / 4) * Br * 64 + (k % 4) * 16));
+    ptx::wgmma_commit();
+    for (int k = 0; k < D / 16; ++k)
+      ptx::wgmma_m64n64k16_ss<T, 0, 0>(dpt, desc(Vs + (k / 4) * Bc * 64 + wg * 64 * 64 + (k % 4) * 16),
+                                       desc(dOi + (k / 4) * Br * 64 + (k % 4) * 16));
+    ptx::wgmma_commit();
+    ptx::wgmma_wait<1>();  // S^T is done; dP^T may still run
+    ptx::wgmma_pin(st);
+
+    // Mask and P^T = exp(S^T - LSE_i) (line 11): v3's, per accumulator element.
+    const bool mask = c0 + Bc > p.N_k || r0 + Br > p.N_q || (p.causal && c0 + Bc - 1 > r0 + shift);
+    if (mask) {
+      const int64_t lim64 = r0 + shift - c0;
+      const int lim = p.causal ? int(max(int64_t(-Br - Bc), min(int64_t(Bc), lim64))) : Bc;
+      for (int n = 0; n < 8; ++n)
+        for (int e = 0; e < 4; ++e) {
+          const int kr = kw + g + e / 2 * 8, qc = n * 8 + 2 * t4 + e % 2;
+          if (kr >= bc || qc >= br || kr - qc > lim) st[n][e] = -INFINITY;
+        }
+    }
+    for (int n = 0; n < 8; ++n) {
+      const float2 lse = *reinterpret_cast<const float2*>(Li + n * 8 + 2 * t4);
+      const float l2[2] = {lse.x == -INFINITY ? INFINITY : lse.x * 1.4426950408889634f,
+                           lse.y == -INFINITY ? INFINITY : lse.y * 1.4426950408889634f};
+      for (int e = 0; e < 4; ++e) st[n][e] = ptx::ex2(fmaf(st[n][e], c, -l2[e % 2]));
+    }
+    // dV_j += P^T dO_i (line 12): the accumulators of query tiles 2k, 2k+1 are, lane for lane, the
+    // A registers of query step k; B = dO_i with the query as k, M-major (as V_j in the forward).
+    uint32_t pa[Br / 16][4], sa[Br / 16][4];
+    const auto pack = [](uint32_t(&a)[Br / 16][4], const float(&x)[8][4]) {
+      for (int k = 0; k < Br / 16; ++k) {
+        a[k][0] = ptx::pack2<T>(x[2 * k][0], x[2 * k][1]), a[k][1] = ptx::pack2<T>(x[2 * k][2], x[2 * k][3]);
+        a[k][2] = ptx::pack2<T>(x[2 * k + 1][0], x[2 * k + 1][1]);
+        a[k][3] = ptx::pack2<T>(x[2 * k + 1][2], x[2 * k + 1][3]);
+      }
+    };
+    pack(pa, st);
+    for (int sl = 0; sl < D / 64; ++sl) ptx::wgmma_pin(dv[sl]);
+    for (int k = 0; k < Br / 16; ++k) ptx::wgmma_pin(pa[k]);
+    ptx::wgmma_fence();
+    for (int k = 0; k < Br / 16; ++k)
+      for (int sl = 0; sl < D / 64; ++sl)
+        ptx::wgmma_m64nNk16<T, 64, 1>(dv[sl], pa[k], desc(dOi + sl * Br * 64 + k * 16 * 64));
+    ptx::wgmma_commit();
+    ptx::wgmma_wait<1>();  // dP^T is done; dV's product may still run
+    ptx::wgmma_pin(dpt);
+
+    // dS^T = P^T (dP^T - D_i) (line 14), into dK's A registers and, swizzled [key][query], into
+    // shared memory for dQ (a 4-byte store: the 8 rows x 4 lanes fall in 32 different banks).
+    for (int n = 0; n < 8; ++n) {
+      const float2 dd = *reinterpret_cast<const float2*>(Di + n * 8 + 2 * t4);
+      for (int e = 0; e < 4; ++e) dpt[n][e] = st[n][e] * (dpt[n][e] - (e % 2 ? dd.y : dd.x));
+      for (int r = 0; r < 2; ++r)
+        *reinterpret_cast<uint32_t*>(dSt + swz<Bc>(kw + g + r * 8, n) + 2 * t4) =
+            ptx::pack2<T>(dpt[n][2 * r], dpt[n][2 * r + 1]);
+    }
+    pack(sa, dpt);
+    // dK_j += dS^T Q_i (line 16; scale applied at the write), as dV's.
+    for (int sl = 0; sl < D / 64; ++sl) ptx::wgmma_pin(dk[sl]);
+    for (int k = 0; k < Br / 16; ++k) ptx::wgmma_pin(sa[k]);
+    ptx::wgmma_fence();
+    for (int k = 0; k < Br / 16; ++k)
+      for (int sl = 0; sl < D / 64; ++sl)
+        ptx::wgmma_m64nNk16<T, 64, 1>(dk[sl], sa[k], desc(Qi + sl * Br * 64 + k * 16 * 64));
+    ptx::wgmma_commit();
+
+    // dQ_i += dS K_j (line 15) sums over both warpgroups' keys: all of dS^T must be in.
+    ptx::fence_proxy_async();
+    __syncthreads();
+    // Warpgroup wg: 64 queries x dims 64 wg .. +63, key step k. A = dS (query x key), stored as
+    // dS^T [key][query]: M-major, read transposed (kTransA = 1). B = K_j with the key as k: M-major.
+    float dq[8][4] = {};
+    ptx::wgmma_pin(dq);
+    ptx::wgmma_fence();
+    for (int k = 0; k < Bc / 16; ++k)
+      ptx::wgmma_m64n64k16_ss<T, 1, 1>(dq, desc(dSt + k * 16 * 64), desc(Ks + wg * Bc * 64 + k * 16 * 64));
+    ptx::wgmma_commit();
+    [[maybe_unused]] int* turn = dq_turn + (b * p.H + h) * Tr + r0 / Br;
+    if constexpr (kDeterministic) {  // wait for key blocks 0 .. j-1 (bwd_v2::add_dq says why this cannot hang)
+      if (threadIdx.x == 0)
+        while (bwd_v2::load_acquire(turn) != j) {
+        }
+    }
+    ptx::wgmma_wait<0>();  // every product of the step is done
+    ptx::wgmma_pin(dq);
+    for (int sl = 0; sl < D / 64; ++sl) ptx::wgmma_pin(dv[sl]), ptx::wgmma_pin(dk[sl]);
+    for (int k = 0; k < Br / 16; ++k) ptx::wgmma_pin(pa[k]), ptx::wgmma_pin(sa[k]);
+    if constexpr (kDeterministic) __syncthreads();  // the turn is ours
+    add_dq_piece<kDeterministic>(dq, dQacc, p, b, h, r0, br, wg);
+    if constexpr (kDeterministic) {
+      __threadfence();  // this block's additions are visible GPU-wide before the turn passes on
+      __syncthreads();
+      if (threadIdx.x == 0) bwd_v2::store_release(turn, int(j + 1));
+    }
+  }
+
+  // dK_j = scale dK_j, dV_j to HBM, once (line 18); rows past N_k are not written.
+  for (int r = 0; r < 2; ++r) {
+    const int key = kw + g + r * 8;
+    if (key >= bc) continue;
+    T* dk_out = dK + p.kv_offset(b, hk * G, c0 + key) + 2 * t4;
+    T* dv_out = dV + p.kv_offset(b, hk * G, c0 + key) + 2 * t4;
+    for (int sl = 0; sl < D / 64; ++sl)
+      for (int n = 0; n < 8; ++n) {
+        *reinterpret_cast<uint32_t*>(dk_out + sl * 64 + n * 8) =
+            ptx::pack2<T>(scale * dk[sl][n][2 * r], scale * dk[sl][n][2 * r + 1]);
+        *reinterpret_cast<uint32_t*>(dv_out + sl * 64 + n * 8) = ptx::pack2<T>(dv[sl][n][2 * r], dv[sl][n][2 * r + 1]);
+      }
+  }
+}
+
+}  // namespace fa06::bwd_v4
