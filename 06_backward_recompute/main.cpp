@@ -5,7 +5,7 @@
 //   --threads T      OpenMP threads         (default: all)
 //   --device D       cpu (default) or gpu: a stage 05 forward and a GPU backward (runner_bwd.hpp);
 //                    built only where nvcc is
-//   --bwd-kernel K   with --device gpu: gpu_v1, gpu_v2, gpu_v3 or a _det variant (default: the
+//   --bwd-kernel K   with --device gpu: gpu_v1, gpu_v2, gpu_v3, gpu_v4 or a _det variant (default: the
 //                    fastest measured, fa06::default_backward_kernel; in fp16/bf16 the forward is
 //                    stage 05's v7, which runs v5 off sm_90)
 #include "cli.hpp"
@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
     app.add_option("--device", device, "cpu (default) or gpu (a stage 05 forward + a GPU backward)")
         ->check(CLI::IsMember({"cpu", "gpu"}));
     app.add_option("--bwd-kernel", bwd_kernel,
-                   "with --device gpu: a GPU backward (gpu_v1, gpu_v2, gpu_v3, _det variants; default: fa06::default_backward_kernel: gpu_v1 in fp32, gpu_v3 at d = 128, else gpu_v2)")
+                   "with --device gpu: a GPU backward (gpu_v1, gpu_v2, gpu_v3, gpu_v4, _det variants; default: fa06::default_backward_kernel: gpu_v1 in fp32, gpu_v4 at d = 128 (gpu_v3 off sm_90), else gpu_v2)")
         ->check(CLI::IsMember(fa06::backward_kernels()));
 #endif
   },

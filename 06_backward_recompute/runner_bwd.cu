@@ -24,6 +24,13 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // gpu_v3 and gpu_v3_det, gpu_v4 and gpu_v4_det; the deterministic variants (dQ added in key-block order).
 bool is_v3(const std::string& k) { return k.rfind("gpu_v3", 0) == 0; }
 bool is_v4(const std::string& k) { return k.rfind("gpu_v4", 0) == 0; }
+// gpu_v4 is compiled only into sm_90a code (wgmma).
+#if FA06_HAVE_SM90A
+constexpr bool kHaveSm90a = true;
+#else
+constexpr bool kHaveSm90a = false;
+#endif
+
 bool is_det(const std::string& k) { return k.size() > 4 && k.compare(k.size() - 4, 4, "_det") == 0; }
 
 // Shared memory above 48 KiB must be asked for, per kernel, and must fit this GPU (an A100 has
@@ -72,9 +79,12 @@ const std::vector<std::string>& backward_kernels() {
   return k;
 }
 
-std::string default_backward_kernel(int64_t d, fa::DType dtype, int64_t smem_limit) {
+std::string default_backward_kernel(int64_t d, fa::DType dtype, int64_t smem_limit, int sm) {
   if (dtype == fa::DType::fp32) return "gpu_v1";
-  return d == 128 && bwd_v3::smem_bytes<128>() <= smem_limit ? "gpu_v3" : "gpu_v2";
+  if (d != 128) return "gpu_v2";
+  if (sm == 0) sm = fa::gpu_compute_capability();
+  if (kHaveSm90a && (sm <= 0 || sm == 90) && bwd_v4::smem_bytes<128>() <= smem_limit) return "gpu_v4";
+  return bwd_v3::smem_bytes<128>() <= smem_limit ? "gpu_v3" : "gpu_v2";
 }
 
 std::vector<BwdShape> bwd_shapes(int64_t d) {
@@ -102,18 +112,13 @@ BwdPlan backward_plan(const std::string& kernel, const fa::AttnProblem& p, fa::D
     pl.note = kernel + " runs fp16/bf16 at d = 64 and 128; gpu_v1 runs this one";
   } else if (is_v4(kernel)) {
     if (sm == 0) sm = fa::gpu_compute_capability();
-#if FA06_HAVE_SM90A
-    constexpr bool built = true;
-#else
-    constexpr bool built = false;  // gpu_v4 is compiled only into sm_90a code
-#endif
     const std::string suffix = det ? "_det" : "";
     if (p.d != 128) {
       pl.runs = "gpu_v2" + suffix;
       pl.note = kernel + " runs d = 128 only (at d = 64 gpu_v2's 32 keys a warp is the faster design): ran " + pl.runs;
-    } else if (!built || (sm > 0 && sm != 90)) {
+    } else if (!kHaveSm90a || (sm > 0 && sm != 90)) {
       pl.runs = "gpu_v3" + suffix;
-      pl.note = !built ? kernel + " needs a build for sm_90a (wgmma); this one has none: ran " + pl.runs
+      pl.note = !kHaveSm90a ? kernel + " needs a build for sm_90a (wgmma); this one has none: ran " + pl.runs
                        : kernel + " runs on sm_90 only (wgmma); ran " + pl.runs + " on this sm_" + std::to_string(sm) + " GPU";
     }
   }

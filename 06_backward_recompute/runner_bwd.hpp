@@ -36,11 +36,12 @@ namespace fa06 {
 
 // The GPU backward kernels, in course order.
 const std::vector<std::string>& backward_kernels();
-// The fastest on the H200 for the head dim and dtype (bench_06_backward_gpu, 2026-11-30):
-// gpu_v1 in fp32, gpu_v3 at d = 128, else gpu_v2 (its 32-keys-a-warp shape at d = 64). gpu_v3
-// needs 173 KiB of shared memory at d = 128: where a block may opt in to less (smem_limit,
-// bytes; an A100 has 163 KiB), gpu_v2 instead.
-std::string default_backward_kernel(int64_t d, fa::DType dtype, int64_t smem_limit = 227 * 1024);
+// The fastest on the H200 for the head dim and dtype (bench_06_backward_gpu, 2026-12-01):
+// gpu_v1 in fp32, gpu_v4 at d = 128, else gpu_v2 (its 32-keys-a-warp shape at d = 64). gpu_v4
+// needs sm_90 (sm: compute capability, major * 10 + minor; 0 = the current device's, none:
+// assumed able) and a build for sm_90a; elsewhere gpu_v3 at d = 128, which needs 173 KiB of
+// shared memory: where a block may opt in to less (smem_limit, bytes; an A100 has 163 KiB), gpu_v2.
+std::string default_backward_kernel(int64_t d, fa::DType dtype, int64_t smem_limit = 227 * 1024, int sm = 0);
 
 // gpu_v2's block shape: Bc keys per thread block, keys_per_warp of them per warp (16 or 32: one or
 // two mma row tiles), so Bc / keys_per_warp warps. 0 = the default for the head dim.

@@ -50,7 +50,7 @@ inline fa::Stage stage_06_gpu(const std::string& kernel = "gpu_v1", fa::DType t 
   s.name = "06_backward_recompute";
   const std::string label = !kernel.empty()            ? kernel
                             : t == fa::DType::fp32 ? "gpu_v1"
-                                                   : "gpu_v3 at d = 128, else gpu_v2";
+                                                   : "gpu_v4 at d = 128 (gpu_v3 off sm_90), else gpu_v2";
   s.idea = "backward from O and LSE on the GPU (" + label + ", " + fa::dtype_name(t) +
            "): recompute P block by block, D = rowsum(dO*O)";
   s.forward = stage_06_gpu_forward(t);

@@ -125,9 +125,14 @@ TEST_CASE("06 gpu plan: the default backward per head dim and dtype (the benchma
   CHECK(fa06::default_backward_kernel(64, fa::DType::fp32) == "gpu_v1");
   CHECK(fa06::default_backward_kernel(128, fa::DType::fp32) == "gpu_v1");
   CHECK(fa06::default_backward_kernel(64, fa::DType::bf16) == "gpu_v2");
-  CHECK(fa06::default_backward_kernel(128, fa::DType::bf16) == "gpu_v3");
-  CHECK(fa06::default_backward_kernel(128, fa::DType::fp16) == "gpu_v3");
-  CHECK(fa06::default_backward_kernel(128, fa::DType::bf16, 163 * 1024) == "gpu_v2");  // an A100: gpu_v3 does not fit
+  // gpu_v4 on sm_90 where the build has sm_90a code (the course's builds do; the plan says whether).
+  const bool v4_built =
+      fa06::backward_plan("gpu_v4", fa::make_problem(1, 2, 2, 100, 100, 128, false), fa::DType::bf16, {}, 90).runs == "gpu_v4";
+  CHECK(fa06::default_backward_kernel(128, fa::DType::bf16, 227 * 1024, 90) == (v4_built ? "gpu_v4" : "gpu_v3"));
+  CHECK(fa06::default_backward_kernel(128, fa::DType::fp16, 227 * 1024, 90) == (v4_built ? "gpu_v4" : "gpu_v3"));
+  CHECK(fa06::default_backward_kernel(128, fa::DType::bf16, 227 * 1024, 80) == "gpu_v3");
+  CHECK(fa06::default_backward_kernel(128, fa::DType::fp16, 227 * 1024, 89) == "gpu_v3");
+  CHECK(fa06::default_backward_kernel(128, fa::DType::bf16, 163 * 1024, 80) == "gpu_v2");  // an A100: gpu_v3 does not fit
   CHECK(fa06::backward_plan("gpu_v2", fa::make_problem(1, 2, 2, 100, 100, 64, false), fa::DType::bf16).keys_per_warp == 32);
 }
 

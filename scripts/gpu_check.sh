@@ -3,7 +3,7 @@
 # build for sm_90a from this tree, run every test (the GPU battery included), SASS and register
 # report, compute-sanitizer (memcheck, racecheck, synccheck, initcheck) on small ragged problems
 # for every kernel (stage 06's GPU backwards too), stage 06 on the GPU beside the CPU, ncu on v1,
-# v2, v4, v5, v6, v7, v8, v9, v10, v11, v12, the cuBLAS baseline and the backward gpu_v2, the benchmarks (forward, then
+# v2, v4, v5, v6, v7, v8, v9, v10, v11, v12, the cuBLAS baseline and the backwards gpu_v3 and gpu_v4, the benchmarks (forward, then
 # backward), the side-by-side with PyTorch's SDPA backends, and the tour. Every log goes to
 # LOG_DIR; a summary table is printed last.
 #
@@ -187,9 +187,12 @@ if has ncu; then
     step ncu_${k}_d128 300 ncu --clock-control none --set detailed -k regex:forward_kernel -c 1 \
       $BIN/05_cuda_tiled --kernel $k --dtype bf16 --batch 2 --heads 16 --seq-q 8192 --head-dim 128 --no-check
   done
-  step ncu_bwd_gpu_v2_d128 300 ncu --clock-control none --set detailed -k regex:dk_dv_dq_kernel -c 1 \
-    $BUILD/06_backward_recompute/06_backward_recompute --device gpu --dtype bf16 --batch 2 --heads 16 \
+  step ncu_bwd_gpu_v3_d128 300 ncu --clock-control none --set detailed -k regex:dk_dv_dq_kernel -c 1 \
+    $BUILD/06_backward_recompute/06_backward_recompute --device gpu --dtype bf16 --bwd-kernel gpu_v3 --batch 2 --heads 16 \
     --seq-q 4096 --head-dim 128 --no-check
+  step ncu_bwd_gpu_v4_d128 300 ncu --clock-control none --set detailed -k regex:dk_dv_dq_kernel -c 1 \
+    $BUILD/06_backward_recompute/06_backward_recompute --device gpu --dtype bf16 --bwd-kernel gpu_v4 --batch 2 \
+    --heads 16 --seq-q 8192 --head-dim 128 --no-check
   step ncu_cublas 300 ncu --clock-control none --section SpeedOfLight -c 4 \
     $BIN/05_cuda_tiled --kernel cublas --dtype bf16 --batch 4 --heads 32 --seq-q 4096 --head-dim 64 --no-check
 fi

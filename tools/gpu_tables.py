@@ -239,6 +239,7 @@ def bwd_table(src, sdpa_src, link):
     theirs = {(r["d"], r["causal"], r["N"], r["impl"]): r for r in sdpa["rows"] if r["impl"].startswith("sdpa_bwd")}
     cols = [("gpu_v1:fp32", "`gpu_v1` fp32"), ("gpu_v2:bf16", "`gpu_v2`"), ("gpu_v2_det:bf16", "`gpu_v2_det`"),
             ("gpu_v3:bf16", "`gpu_v3`"), ("gpu_v3_det:bf16", "`gpu_v3_det`"),
+            ("gpu_v4:bf16", "`gpu_v4`"), ("gpu_v4_det:bf16", "`gpu_v4_det`"),
             ("sdpa_bwd flash", "SDPA flash"), ("sdpa_bwd cudnn", "SDPA cuDNN"), ("sdpa_bwd efficient", "SDPA efficient")]
     out = ["| d | causal | N | B x H | " + " | ".join(c[1] for c in cols) + " | best / flash | its det / it |",
            "|" + "---:|" * (4 + len(cols) + 2)]
@@ -251,8 +252,8 @@ def bwd_table(src, sdpa_src, link):
             v = (r.get("TFLOP/s") or r.get("tflops")) if r else None
             tf[key] = v
             line += f" {v:.1f} |" if v else " - |"
-        # The faster of gpu_v2 and gpu_v3 against flash, and its deterministic variant against it.
-        best = max((k for k in ("gpu_v2:bf16", "gpu_v3:bf16") if tf.get(k)), key=lambda k: tf[k], default=None)
+        # The fastest of gpu_v2, gpu_v3 and gpu_v4 against flash, and its deterministic variant against it.
+        best = max((k for k in ("gpu_v2:bf16", "gpu_v3:bf16", "gpu_v4:bf16") if tf.get(k)), key=lambda k: tf[k], default=None)
         fl = tf["sdpa_bwd flash"]
         if best and fl:
             line += f" {tf[best] / fl:.2f} ({best.split(':')[0][4:]}) |"

@@ -120,6 +120,8 @@ BWD_STYLE = {
     "gpu_v2_det:bf16": ("tab:blue", "s", ":", "gpu_v2_det"),
     "gpu_v3:bf16": ("tab:brown", "*", "-", "gpu_v3"),
     "gpu_v3_det:bf16": ("tab:brown", "*", ":", "gpu_v3_det"),
+    "gpu_v4:bf16": ("tab:red", "P", "-", "gpu_v4"),
+    "gpu_v4_det:bf16": ("tab:red", "P", ":", "gpu_v4_det"),
     "sdpa_bwd flash": ("black", "D", "--", "SDPA flash"),
     "sdpa_bwd cudnn": ("tab:gray", "v", "--", "SDPA cuDNN"),
     "sdpa_bwd efficient": ("tab:green", "x", "--", "SDPA efficient"),
