@@ -197,7 +197,7 @@ void run_v1(const BwdPlan& pl, const fa::AttnProblem& p, const T* q, const T* k,
   FA_CUDA_CHECK(cudaGetLastError());
 }
 
-// gpu_v2 and gpu_v3 (and their deterministic variants): the main kernel, then dQ's conversion.
+// gpu_v2, gpu_v3 and gpu_v4 (and their deterministic variants): the main kernel, then dQ's conversion.
 template <class T>
 void run_tensor_cores(const BwdPlan& pl, bool det, const fa::AttnProblem& p, const T* q, const T* k,
                       const T* v, const T* g, const float* LSE, const float* D, T* dQ, T* dK, T* dV,

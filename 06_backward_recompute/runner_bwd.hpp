@@ -56,15 +56,17 @@ BwdShape default_bwd_shape(int64_t d);
 
 // How the backward runs a problem. Pure host arithmetic: no GPU needed (tested in CI).
 struct BwdPlan {
-  std::string runs;                  // the kernel that runs: the one asked for, or gpu_v1
+  std::string runs;                  // the kernel that runs: the one asked for or a fallback (gpu_v1; for gpu_v4
+                                     // gpu_v2 or gpu_v3, with the same _det suffix)
   std::string note;                  // why it fell back ("" if it did not)
   int64_t Br = 0, Bc = 0;            // block sizes, rows
-  int64_t keys_per_warp = 0;         // gpu_v2, gpu_v3: keys each warp owns (16 or 32); 0 for gpu_v1
+  int64_t keys_per_warp = 0;         // keys each warp owns (gpu_v2, gpu_v3: 16 or 32; gpu_v4: 16 in its
+                                     // warpgroup's 64); 0 for gpu_v1
   int64_t threads = 0;               // threads per thread block (of the main kernels)
   int64_t blocks_dkdv = 0;           // thread blocks over key blocks (B * H_kv * ceil(N_k / Bc))
-  int64_t blocks_dq = 0;             // gpu_v1's pass 2 (B * H * ceil(N_q / Br)); 0 for gpu_v2, gpu_v3
+  int64_t blocks_dq = 0;             // gpu_v1's pass 2 (B * H * ceil(N_q / Br)); 0 for the others
   int64_t smem_dkdv = 0, smem_dq = 0;  // shared memory per thread block of each kernel, bytes
-  // Extra GPU memory, bytes: D (one float per query row); gpu_v2 and gpu_v3 add dQ's float32
+  // Extra GPU memory, bytes: D (one float per query row); gpu_v2, gpu_v3 and gpu_v4 add dQ's float32
   // accumulator (4 B H N_q d bytes), their _det variants one int per (b, h, query block) and one
   // more (the start counter) besides.
   int64_t workspace_bytes = 0;

@@ -136,7 +136,8 @@ __device__ __forceinline__ uint64_t smem_desc_sw128(const void* tile) {
 }
 
 // Makes this thread's earlier writes to shared memory (stores, completed cp.async) visible to
-// the async proxy, through which wgmma reads its B operand; a barrier after it then publishes
+// the async proxy, through which wgmma reads its shared-memory operands (B; A too in the "SS"
+// form below); a barrier after it then publishes
 // them to the warpgroup (PTX ISA, "Memory Consistency Model", proxies).
 __device__ __forceinline__ void fence_proxy_async() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

@@ -22,8 +22,10 @@
 //                                                    for the barrier
 //
 // Why: FlashAttention-3 (Shah et al. 2024, Sec. 3 and its backward, Appendix B) builds on the same
-// observation as stage 05's v7: mma.sync keeps Hopper's tensor cores at a fraction of their peak,
-// and v3 is bound by the operand loads feeding them, not by the matrix units.
+// observation as stage 05's v7: mma.sync keeps Hopper's tensor cores at a fraction of their peak.
+// v3 loads every operand through ldmatrix into registers, and ncu at d = 128 shows no unit near
+// its limit (L1 pipe 65 %, tensor 39 %, issue slots 27 %) with one block of 8 warps per SM: our
+// reading, the latency of too few warps waiting on their loads and products.
 //
 // Per step (one query block i of Br = 64 rows, one query head), warpgroup w computes (FA2
 // Algorithm 2, lines 10-16, transposed so that a warpgroup owns keys, as in v2):
@@ -53,7 +55,10 @@ constexpr int kWarpgroups = 2, kThreads = 128 * kWarpgroups, Bc = 64 * kWarpgrou
 
 // K_j, V_j (Bc x D), two each of Q_i, dO_i (Br x D), dS^T (Bc x Br), all 16-bit in the 128-byte
 // swizzle (no padding), LSE_i and D_i (2 x Br floats each), and 1024 bytes of slack to align the
-// swizzled tiles: 146 KiB at D = 128.
+// swizzled tiles: 146 KiB at D = 128. A swizzled tile of R rows x C columns is stored as C / 64
+// slabs, each R rows of 64 elements (128 bytes), one after the other (v7_wgmma.cuh, swz): so dim
+// step k of K_j starts at slab k / 4, 16 (k % 4) elements into each row, and row 64 w at element
+// 64 w x 64 of a slab.
 template <int D>
 constexpr int smem_bytes() {
   return 1024 + (2 * Bc * D + 4 * Br * D + Bc * Br) * 2 + 4 * Br * 4;
@@ -98,8 +103,8 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
   static_assert(D == 128, "two 64-column slabs per row; dQ's dims split between the two warpgroups");
   extern __shared__ __align__(16) unsigned char sram[];
   // 1024-aligned for the swizzle (stage 05 v9 says why).
-  T* Ks = reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(sram) + 1023) / 1024 * 1024);  // (Bc x D)
-  T* Vs = Ks + Bc * D;                                  // (Bc x D)
+  T* Ks = reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(sram) + 1023) / 1024 * 1024);  // (Bc x D), 2 slabs
+  T* Vs = Ks + Bc * D;                                  // (Bc x D), 2 slabs
   T* Qs = Vs + Bc * D;                                  // (2, Br x D): Q_i of step s in buffer s % 2
   T* dOs = Qs + 2 * Br * D;                             // (2, Br x D)
   T* dSt = dOs + 2 * Br * D;                            // (Bc x Br): dS^T of the step, for dQ
@@ -165,11 +170,11 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
     ptx::wgmma_pin(dpt);
     ptx::wgmma_fence();
     for (int k = 0; k < D / 16; ++k)
-      ptx::wgmma_m64n64k16_ss<T, 0, 0>(st, desc(Ks + (k / 4) * Bc * 64 + wg * 64 * 64 + (k % 4) * 16),
+      ptx::wgmma_m64n64k16_ss<T, /*kTransA*/ 0, /*kTransB*/ 0>(st, desc(Ks + (k / 4) * Bc * 64 + wg * 64 * 64 + (k % 4) * 16),
                                        desc(Qi + (k / 4) * Br * 64 + (k % 4) * 16));
     ptx::wgmma_commit();
     for (int k = 0; k < D / 16; ++k)
-      ptx::wgmma_m64n64k16_ss<T, 0, 0>(dpt, desc(Vs + (k / 4) * Bc * 64 + wg * 64 * 64 + (k % 4) * 16),
+      ptx::wgmma_m64n64k16_ss<T, /*kTransA*/ 0, /*kTransB*/ 0>(dpt, desc(Vs + (k / 4) * Bc * 64 + wg * 64 * 64 + (k % 4) * 16),
                                        desc(dOi + (k / 4) * Br * 64 + (k % 4) * 16));
     ptx::wgmma_commit();
     ptx::wgmma_wait<1>();  // S^T is done; dP^T may still run
@@ -193,7 +198,8 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
       for (int e = 0; e < 4; ++e) st[n][e] = ptx::ex2(fmaf(st[n][e], c, -l2[e % 2]));
     }
     // dV_j += P^T dO_i (line 12): the accumulators of query tiles 2k, 2k+1 are, lane for lane, the
-    // A registers of query step k; B = dO_i with the query as k, M-major (as V_j in the forward).
+    // A registers of query step k; B = dO_i with the query as k, MN-major (as V_j in the forward:
+    // each of its 16 k-rows is a 64-element row of the slab).
     uint32_t pa[Br / 16][4], sa[Br / 16][4];
     const auto pack = [](uint32_t(&a)[Br / 16][4], const float(&x)[8][4]) {
       for (int k = 0; k < Br / 16; ++k) {
@@ -208,7 +214,7 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
     ptx::wgmma_fence();
     for (int k = 0; k < Br / 16; ++k)
       for (int sl = 0; sl < D / 64; ++sl)
-        ptx::wgmma_m64nNk16<T, 64, 1>(dv[sl], pa[k], desc(dOi + sl * Br * 64 + k * 16 * 64));
+        ptx::wgmma_m64nNk16<T, /*N*/ 64, /*kTransB*/ 1>(dv[sl], pa[k], desc(dOi + sl * Br * 64 + k * 16 * 64));
     ptx::wgmma_commit();
     ptx::wgmma_wait<1>();  // dP^T is done; dV's product may still run
     ptx::wgmma_pin(dpt);
@@ -229,19 +235,20 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
     ptx::wgmma_fence();
     for (int k = 0; k < Br / 16; ++k)
       for (int sl = 0; sl < D / 64; ++sl)
-        ptx::wgmma_m64nNk16<T, 64, 1>(dk[sl], sa[k], desc(Qi + sl * Br * 64 + k * 16 * 64));
+        ptx::wgmma_m64nNk16<T, /*N*/ 64, /*kTransB*/ 1>(dk[sl], sa[k], desc(Qi + sl * Br * 64 + k * 16 * 64));
     ptx::wgmma_commit();
 
     // dQ_i += dS K_j (line 15) sums over both warpgroups' keys: all of dS^T must be in.
     ptx::fence_proxy_async();
     __syncthreads();
     // Warpgroup wg: 64 queries x dims 64 wg .. +63, key step k. A = dS (query x key), stored as
-    // dS^T [key][query]: M-major, read transposed (kTransA = 1). B = K_j with the key as k: M-major.
+    // dS^T [key][query]: its 64 output rows (queries) are contiguous, "MN-major", which wgmma reads
+    // with its transpose flag (kTransA = 1; 16-bit types only). B = K_j with the key as k: MN-major.
     float dq[8][4] = {};
     ptx::wgmma_pin(dq);
     ptx::wgmma_fence();
     for (int k = 0; k < Bc / 16; ++k)
-      ptx::wgmma_m64n64k16_ss<T, 1, 1>(dq, desc(dSt + k * 16 * 64), desc(Ks + wg * Bc * 64 + k * 16 * 64));
+      ptx::wgmma_m64n64k16_ss<T, /*kTransA*/ 1, /*kTransB*/ 1>(dq, desc(dSt + k * 16 * 64), desc(Ks + wg * Bc * 64 + k * 16 * 64));
     ptx::wgmma_commit();
     [[maybe_unused]] int* turn = dq_turn + (b * p.H + h) * Tr + r0 / Br;
     if constexpr (kDeterministic) {  // wait for key blocks 0 .. j-1 (bwd_v2::add_dq says why this cannot hang)
