@@ -63,7 +63,14 @@ def tflops_panels(series, ylabel, title, path):
         ax.set_xlabel("sequence length N (B*N = 16384 tokens, H = 2048/d)")
     for ax in axes[:, 0]:
         ax.set_ylabel(ylabel)
-    axes[0, 0].legend(fontsize=8)
+    # One legend for every series, wherever it has points (a kernel that runs only at d = 128 has
+    # none in the first panel), in the order given.
+    handles = {}
+    for ax in axes.flat:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(lab, h)
+    order = [s[0] for s in series if s[0] in handles]
+    axes[0, 0].legend([handles[lab] for lab in order], order, fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
