@@ -30,6 +30,13 @@ constexpr bool kHaveSm90a = true;
 #else
 constexpr bool kHaveSm90a = false;
 #endif
+// Whether gpu_v4 runs on a GPU of compute capability sm (major * 10 + minor; 0: the current
+// device's; none found: assumed able): sm_90 only, and only where the build has sm_90a code.
+// Shared by the plan (its fallback) and the default, so that the two cannot disagree.
+bool v4_runs_on(int sm) {
+  if (sm == 0) sm = fa::gpu_compute_capability();
+  return kHaveSm90a && (sm <= 0 || sm == 90);
+}
 
 bool is_det(const std::string& k) { return k.size() > 4 && k.compare(k.size() - 4, 4, "_det") == 0; }
 
@@ -82,8 +89,7 @@ const std::vector<std::string>& backward_kernels() {
 std::string default_backward_kernel(int64_t d, fa::DType dtype, int64_t smem_limit, int sm) {
   if (dtype == fa::DType::fp32) return "gpu_v1";
   if (d != 128) return "gpu_v2";
-  if (sm == 0) sm = fa::gpu_compute_capability();
-  if (kHaveSm90a && (sm <= 0 || sm == 90) && bwd_v4::smem_bytes<128>() <= smem_limit) return "gpu_v4";
+  if (v4_runs_on(sm) && bwd_v4::smem_bytes<128>() <= smem_limit) return "gpu_v4";
   return bwd_v3::smem_bytes<128>() <= smem_limit ? "gpu_v3" : "gpu_v2";
 }
 
@@ -116,7 +122,7 @@ BwdPlan backward_plan(const std::string& kernel, const fa::AttnProblem& p, fa::D
     if (p.d != 128) {
       pl.runs = "gpu_v2" + suffix;
       pl.note = kernel + " runs d = 128 only (at d = 64 gpu_v2's 32 keys a warp is the faster design): ran " + pl.runs;
-    } else if (!kHaveSm90a || (sm > 0 && sm != 90)) {
+    } else if (!v4_runs_on(sm)) {
       pl.runs = "gpu_v3" + suffix;
       pl.note = !kHaveSm90a ? kernel + " needs a build for sm_90a (wgmma); this one has none: ran " + pl.runs
                        : kernel + " runs on sm_90 only (wgmma); ran " + pl.runs + " on this sm_" + std::to_string(sm) + " GPU";

@@ -97,6 +97,24 @@ __device__ __forceinline__ int64_t task_index(int* dq_turn, int64_t n_turns) {
   }
 }
 
+// Adds the pair `add` into dQacc at `at` (8 bytes): one atomic 8-byte reduction (sm_90; two 4-byte
+// ones before), or, in the deterministic variants, whose caller holds the turn, a plain
+// read-add-write through L2 (__ldcg, __stcg: an SM's L1 is not kept coherent with other SMs' writes).
+template <bool kDeterministic>
+__device__ __forceinline__ void add_to_dq(float2* at, float2 add) {
+  if constexpr (kDeterministic) {
+    float2 v = __ldcg(at);
+    v.x += add.x, v.y += add.y;
+    __stcg(at, v);
+  } else {
+#if __CUDA_ARCH__ >= 900
+    atomicAdd(at, add);
+#else
+    atomicAdd(&at->x, add.x), atomicAdd(&at->y, add.y);
+#endif
+  }
+}
+
 // dQ_i += dS K_j (FA2 Alg. 2 line 15) for one step of one thread block: 64 query rows x D, summed
 // over the block's Bc keys, added to dQacc. dS^T (Bc x Br, pitch kPitchS) and K_j (Bc x D, pitch
 // kPitch) are in shared memory; all W warps call it (v2 and v3 alike). The warps tile the
@@ -140,21 +158,9 @@ __device__ __forceinline__ void add_dq(const T* dSt, const T* Kj, float* dQacc, 
         const int q = q_w + mm * 16 + g + r * 8;
         if (q >= br) continue;  // rows past N_q: nothing to add, and no memory there
         float* out = dQacc + p.q_offset(b, h, r0 + q) + dc + 2 * t4;
-        for (int n = 0; n < kC / 8; ++n) {
-          const float2 add = make_float2(dq[mm][n][2 * r], dq[mm][n][2 * r + 1]);
-          float2* at = reinterpret_cast<float2*>(out + n * 8);
-          if constexpr (kDeterministic) {  // our turn: a plain read-add-write, through L2
-            float2 v = __ldcg(at);
-            v.x += add.x, v.y += add.y;
-            __stcg(at, v);
-          } else {
-#if __CUDA_ARCH__ >= 900
-            atomicAdd(at, add);  // one 8-byte reduction (sm_90)
-#else
-            atomicAdd(&at->x, add.x), atomicAdd(&at->y, add.y);
-#endif
-          }
-        }
+        for (int n = 0; n < kC / 8; ++n)  // in the deterministic variants: our turn
+          add_to_dq<kDeterministic>(reinterpret_cast<float2*>(out + n * 8),
+                                    make_float2(dq[mm][n][2 * r], dq[mm][n][2 * r + 1]));
       }
   }
   if constexpr (kDeterministic) {

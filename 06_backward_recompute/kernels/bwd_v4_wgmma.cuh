@@ -65,7 +65,7 @@ constexpr int smem_bytes() {
 }
 
 // dQ_i's 64 x 64 piece of warpgroup wg (rows 16 warp + g (+ 8), dims 64 wg + 8n + 2 t4 (+ 1) in
-// the accumulator layout) added into dQacc: as bwd_v2::add_dq, atomically or, in the
+// the accumulator layout) added into dQacc by bwd_v2::add_to_dq: atomically or, in the
 // deterministic variant, in key-block order (the caller holds the turn).
 template <bool kDeterministic>
 __device__ __forceinline__ void add_dq_piece(const float (&dq)[8][4], float* dQacc, const fa::AttnProblem& p,
@@ -75,21 +75,8 @@ __device__ __forceinline__ void add_dq_piece(const float (&dq)[8][4], float* dQa
     const int q = warp * 16 + g + r * 8;
     if (q >= br) continue;  // rows past N_q: nothing to add, and no memory there
     float* out = dQacc + p.q_offset(b, h, r0 + q) + wg * 64 + 2 * t4;
-    for (int n = 0; n < 8; ++n) {
-      const float2 add = make_float2(dq[n][2 * r], dq[n][2 * r + 1]);
-      float2* at = reinterpret_cast<float2*>(out + n * 8);
-      if constexpr (kDeterministic) {
-        float2 v = __ldcg(at);
-        v.x += add.x, v.y += add.y;
-        __stcg(at, v);
-      } else {
-#if __CUDA_ARCH__ >= 900
-        atomicAdd(at, add);
-#else
-        atomicAdd(&at->x, add.x), atomicAdd(&at->y, add.y);
-#endif
-      }
-    }
+    for (int n = 0; n < 8; ++n)
+      bwd_v2::add_to_dq<kDeterministic>(reinterpret_cast<float2*>(out + n * 8), make_float2(dq[n][2 * r], dq[n][2 * r + 1]));
   }
 }
 
