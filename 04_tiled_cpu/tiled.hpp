@@ -146,19 +146,18 @@ void forward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, T* O,
   // Allocated here, before the parallel region, so that running out of memory throws
   // std::bad_alloc to the caller (an exception cannot leave an OpenMP region).
   struct Sram {
-    std::vector<float> Qi;  // (Br, d)      this query block
-    std::vector<float> Kt;  // (d, ldk)     K_j transposed: keys along the vectors
-    std::vector<float> Vj;  // (Bc, ldo)
-    std::vector<float> S;   // (Br, ldk)    S, then P in place
-    std::vector<float> Oi;  // (Br, ldo)    the unnormalised output
-    std::vector<float> m;   // (Br)         running row max
-    std::vector<float> l;   // (Br)         running row sum
+    Buffer Qi;  // (Br, d)      this query block
+    Buffer Kt;  // (d, ldk)     K_j transposed: keys along the vectors
+    Buffer Vj;  // (Bc, ldo)
+    Buffer S;   // (Br, ldk)    S, then P in place
+    Buffer Oi;  // (Br, ldo)    the unnormalised output
+    Buffer m;   // (Br)         running row max
+    Buffer l;   // (Br)         running row sum
   };
   std::vector<Sram> sram(static_cast<size_t>(threads));
   for (Sram& t : sram)
-    t = {std::vector<float>(Br * d), std::vector<float>(d * ldk), std::vector<float>(Bc * ldo, 0.f),
-         std::vector<float>(Br * ldk), std::vector<float>(Br * ldo), std::vector<float>(Br),
-         std::vector<float>(Br)};
+    t = {Buffer(Br * d), Buffer(d * ldk), Buffer(Bc * ldo, 0.f), Buffer(Br * ldk), Buffer(Br * ldo),
+         Buffer(Br), Buffer(Br)};
 
 #pragma omp parallel num_threads(threads)
   {

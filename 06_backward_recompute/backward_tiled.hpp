@@ -98,21 +98,21 @@ void backward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, cons
   row_dots(p, O, dO, D.data(), threads);
 
   // ---- pass 1: dK_j, dV_j, one task per (batch, kv head, key block) --------------------------
-  // Each thread's "SRAM", allocated before the parallel region (an exception cannot leave it).
+  // Each thread's "SRAM", allocated before the parallel region (an exception cannot leave it);
+  // mk::Buffer starts each buffer on a 64-byte cache line, as in stage 04.
   struct Sram1 {
-    std::vector<float> Kj, Vj;       // (Bc, d)      this key block
-    std::vector<float> Qt, dOt;      // (d, Brp)     Q_i, dO_i transposed (B operands of S^T, dP^T)
-    std::vector<float> Qi, dOi;      // (Br, dpad)   Q_i, dO_i by rows (B operands of dK, dV)
-    std::vector<float> St, dSt;      // (Bc, Brp)    S^T then P^T; dP^T then dS^T
-    std::vector<float> dKj, dVj;     // (Bc, dpad)   the gradients being summed
-    std::vector<float> L, Di;        // (Brp)        LSE_i (+inf for a row that sees no key), D_i
+    Buffer Kj, Vj;    // (Bc, d)      this key block
+    Buffer Qt, dOt;   // (d, Brp)     Q_i, dO_i transposed (B operands of S^T, dP^T)
+    Buffer Qi, dOi;   // (Br, dpad)   Q_i, dO_i by rows (B operands of dK, dV)
+    Buffer St, dSt;   // (Bc, Brp)    S^T then P^T; dP^T then dS^T
+    Buffer dKj, dVj;  // (Bc, dpad)   the gradients being summed
+    Buffer L, Di;     // (Brp)        LSE_i (+inf for a row that sees no key), D_i
   };
   std::vector<Sram1> s1(static_cast<size_t>(threads));
   for (Sram1& t : s1)
-    t = {std::vector<float>(Bc * d), std::vector<float>(Bc * d), std::vector<float>(d * Brp),
-         std::vector<float>(d * Brp), std::vector<float>(Br * dpad, 0.f), std::vector<float>(Br * dpad, 0.f),
-         std::vector<float>(Bc * Brp), std::vector<float>(Bc * Brp), std::vector<float>(Bc * dpad),
-         std::vector<float>(Bc * dpad), std::vector<float>(Brp), std::vector<float>(Brp)};
+    t = {Buffer(Bc * d), Buffer(Bc * d), Buffer(d * Brp), Buffer(d * Brp), Buffer(Br * dpad, 0.f),
+         Buffer(Br * dpad, 0.f), Buffer(Bc * Brp), Buffer(Bc * Brp), Buffer(Bc * dpad),
+         Buffer(Bc * dpad), Buffer(Brp), Buffer(Brp)};
 
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
   for (int64_t t = 0; t < p.B * p.H_kv * Tc; ++t) {
@@ -186,17 +186,16 @@ void backward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, cons
 
   // ---- pass 2: dQ_i, one task per (batch, head, query block) ---------------------------------
   struct Sram2 {
-    std::vector<float> Qi, dOi;      // (Br, d)      this query block
-    std::vector<float> Kt, Vt;       // (d, Bcp)     K_j, V_j transposed (B operands of S, dP)
-    std::vector<float> Kj;           // (Bc, dpad)   K_j by rows (B operand of dQ)
-    std::vector<float> S, dS;        // (Br, Bcp)    S; dP then dS
-    std::vector<float> dQi;          // (Br, dpad)   the gradient being summed
+    Buffer Qi, dOi;   // (Br, d)      this query block
+    Buffer Kt, Vt;    // (d, Bcp)     K_j, V_j transposed (B operands of S, dP)
+    Buffer Kj;        // (Bc, dpad)   K_j by rows (B operand of dQ)
+    Buffer S, dS;     // (Br, Bcp)    S; dP then dS
+    Buffer dQi;       // (Br, dpad)   the gradient being summed
   };
   std::vector<Sram2> s2(static_cast<size_t>(threads));
   for (Sram2& t : s2)
-    t = {std::vector<float>(Br * d), std::vector<float>(Br * d), std::vector<float>(d * Bcp),
-         std::vector<float>(d * Bcp), std::vector<float>(Bc * dpad, 0.f), std::vector<float>(Br * Bcp),
-         std::vector<float>(Br * Bcp), std::vector<float>(Br * dpad)};
+    t = {Buffer(Br * d), Buffer(Br * d), Buffer(d * Bcp), Buffer(d * Bcp), Buffer(Bc * dpad, 0.f),
+         Buffer(Br * Bcp), Buffer(Br * Bcp), Buffer(Br * dpad)};
 
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
   for (int64_t t = 0; t < p.B * p.H * Tr; ++t) {

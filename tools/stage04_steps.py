@@ -11,7 +11,12 @@ matches the sources stops the script), and times the builds in turn on the same 
   step 2  + exp without edge handling where every s - m >= -87 (mk::exp_neg_normal)
   step 3  + buffer rows padded off multiples of 128 bytes (mk::row_stride)
   step 4  + the CPU default blocks (Br = 256, Bc = 512 here: tiled::default_blocks)
-  step 5  + V's rows prefetched 4 keys ahead inside the P V micro-kernel: the current code
+  step 5  + V's rows prefetched 4 keys ahead inside the P V micro-kernel
+  step 6  + the block buffers on 64-byte cache lines (mk::Buffer), so no vector load is split:
+          the current code
+(Also tried on 2026-12-01 and dropped: mk::load/store through a may_alias vector type, which
+compiles to vmovups where std::memcpy gives vmovdqu8, an integer-domain move; 1.01x at d = 64
+and 0.985x at d = 128 in one run of this script as step 7.)
 (Tried and dropped, since two runs of this script measured it 0.95-0.97x against step 4: the next key block's K and V prefetched
 into L2, a slice per row of S, while the current block computes.)
 
@@ -37,6 +42,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # (file, text in the current source, text of the build without the change), newest change first.
 # Step k keeps the changes 1..k; a build for step k undoes the edits of every change above k.
 UNDO = {
+    6: [("microkernel.hpp", "using Buffer = std::vector<float, LineAligned<float>>;",
+         "using Buffer = std::vector<float>;")],
     5: [("microkernel.hpp",
          "      __builtin_prefetch(reinterpret_cast<const void*>(ahead + v * VW * sizeof(float)), 0, 3);",
          "      (void)ahead;")],
@@ -54,7 +61,8 @@ UNDO = {
 }
 NAMES = {0: "paper's blocks, scalar transpose, exp with edge handling",
          1: "+ K transposed in registers", 2: "+ exp fast path", 3: "+ rows off 128-byte multiples",
-         4: "+ CPU default blocks", 5: "+ V prefetched in the P V kernel"}
+         4: "+ CPU default blocks", 5: "+ V prefetched in the P V kernel",
+         6: "+ block buffers on 64-byte lines"}
 
 
 def paper_M():
@@ -110,7 +118,7 @@ def main():
     ap.add_argument("--json")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        exes = {s: build(s, a.build, tmp) for s in (0, 1, 2, 3, 5)}  # step 4 = step 3's build
+        exes = {s: build(s, a.build, tmp) for s in (0, 1, 2, 3, 5, 6)}  # step 4 = step 3's build
         rows = []
         for d in (64, 128):
             pb, db = "%dx%d" % paper_blocks(d), "%dx%d" % default_blocks(d)
