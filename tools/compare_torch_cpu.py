@@ -18,6 +18,11 @@ causal and not; causal is the same mask for both since N_q = N_k):
    libfa04 (fa04_fma_peak_gflops, before and after the grid; the larger is used), and the ratio
    torch time / stage 04 time (> 1: stage 04 faster): the median over the pairs of consecutive
    calls (JSON "ratio"; the ratio of the two medians is kept as "ratio_of_medians").
+3. The two GEMMs alone: the attention's two products done by PyTorch's sgemm (MKL) with S
+   materialised (S = Q K^T, then O = S V, d 64 and 128, N = 4096, best of 5 calls), in GFLOP/s
+   by the same convention and % of the same peak: the same multiply-adds with no softmax between
+   them, but S (512 MiB at N = 4096, H = 8) going through main memory (JSON context "gemm_alone";
+   "gemm_ceiling" in the runs of 2026-12-01, a name it did not deserve: stage 04 beat it).
 The JSON records the machine: CPU model, the ISA stage 04 was built for, PyTorch's CPU capability,
 L2 per core, cores, threads, versions, date.
 
@@ -140,6 +145,23 @@ def time_pair(lib, q, k, v, causal, threads, min_calls, min_seconds):
     return statistics.median(t_ours), statistics.median(t_theirs), pair, len(t_ours)
 
 
+def gemm_ceiling(d, N, heads, calls=5):
+    """GFLOP/s (4 heads N^2 d flops) of S = Q K^T then O = S V by torch.matmul, S materialised,
+    best of `calls` (the least disturbed): the two GEMMs of attention with nothing in between."""
+    gen = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(heads, N, d, generator=gen) for _ in range(3))
+    s, o = torch.empty(heads, N, N), torch.empty(heads, N, d)
+    best = float("inf")
+    for i in range(calls + 1):  # the first call warms up
+        time.sleep(0.02)
+        t0 = time.perf_counter()
+        torch.matmul(q, k.transpose(1, 2), out=s)
+        torch.matmul(s, v, out=o)
+        if i:
+            best = min(best, time.perf_counter() - t0)
+    return 4.0 * heads * N * N * d / best * 1e-9
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--lib", default="build/04_tiled_cpu/libfa04.so")
@@ -206,6 +228,7 @@ def main():
                 all_ok &= c["ok"]
                 print(f"  d={d} N={N} causal={int(causal)}: ratio {row['ratio']:.2f}, "
                       f"{'ok' if c['ok'] else 'FAIL'}", flush=True)
+    gemm = {d: gemm_ceiling(d, 4096, a.heads) for d in ds}
     # The peak divides last: the larger of two measurements, so a moment when another process
     # held a core does not inflate every percentage.
     peak_after = lib.peak(a.threads)
@@ -213,7 +236,9 @@ def main():
     for r in rows:
         r["stage04_pct_peak"] = r["stage04_gflops"] / peak * 100
     info.update(fma_peak_gflops_before=peak_before, fma_peak_gflops_after=peak_after,
-                fma_peak_gflops=peak)
+                fma_peak_gflops=peak,
+                gemm_alone={str(d): {"N": 4096, "H": a.heads, "gflops": g, "pct_peak": g / peak * 100}
+                              for d, g in gemm.items()})
     print(f"{'d':>4} {'N':>6} {'causal':>6} {'Br x Bc':>10} {'stage04 ms':>11} {'torch ms':>9} "
           f"{'s04 GF/s':>9} {'torch GF/s':>10} {'s04 %pk':>8} {'ratio':>6}  check")
     for r in rows:
@@ -222,6 +247,8 @@ def main():
               f"{r['torch_gflops']:>10.1f} {r['stage04_pct_peak']:>7.1f}% {r['ratio']:>6.2f}  "
               f"{'ok' if r['ok'] else 'FAIL'} (O err {r['err_o_stage04']:.1e} vs torch "
               f"{r['err_o_torch']:.1e}, LSE {r['err_lse_rel']:.1e})")
+    print("# the two GEMMs alone (PyTorch's sgemm, S = Q K^T then O = S V, S materialised, N = 4096, best of 5): " +
+          ", ".join(f"d={d} {g:.1f} GFLOP/s = {g / peak * 100:.1f}% of peak" for d, g in gemm.items()))
     worst = min(rows, key=lambda r: r["ratio"])
     print(f"# FMA peak {peak_before:.1f} before, {peak_after:.1f} after; worst ratio "
           f"{worst['ratio']:.2f} (d={worst['d']} N={worst['N']} causal={int(worst['causal'])}); "
