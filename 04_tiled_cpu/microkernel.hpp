@@ -54,21 +54,26 @@ inline int64_t row_stride(int64_t n) {
   return w % 32 == 0 ? w + 16 : w;
 }
 // The block buffers' allocator: every buffer starts on a 64-byte cache line. std::vector's default
-// (malloc) gives 16 bytes, so a 64-byte zmm load at a 16-byte offset spans two lines (a "split
-// load"), and with row strides of whole vectors every vector load and store in the micro-kernels
-// would be one. Measured on a 2-core AVX-512 Xeon VM (README, "What each change bought", step 6):
-// the whole forward 1.07x faster at d = 64 and 1.18x at d = 128 (N = 4096, 2 threads).
+// (operator new, malloc) guarantees 16 bytes, so a buffer may start 16, 32 or 48 bytes into a
+// line, and a 64-byte zmm load from it then touches two lines: a "split load", two L1 accesses
+// for one, in loops that are mostly loads and FMAs. Row strides (row_stride) are whole vectors,
+// so once a buffer starts on a line every row does. Measured on a 2-core AVX-512 Xeon VM (README,
+// "What each change bought", step 6): the forward 1.08x faster at d = 64, 1.16x at d = 128.
 template <class T>
 struct LineAligned {
   using value_type = T;
-  static constexpr std::align_val_t kAlign{64};
+  static constexpr std::align_val_t kAlign{alignof(T) > 64 ? alignof(T) : 64};
   LineAligned() = default;
   template <class U>
-  LineAligned(const LineAligned<U>&) {}
-  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), kAlign)); }
-  void deallocate(T* p, size_t) { ::operator delete(p, kAlign); }
-  friend bool operator==(const LineAligned&, const LineAligned&) { return true; }
+  constexpr LineAligned(const LineAligned<U>&) noexcept {}
+  T* allocate(size_t n) {
+    if (n > size_t(-1) / sizeof(T)) throw std::bad_array_new_length();
+    return static_cast<T*>(::operator new(n * sizeof(T), kAlign));
+  }
+  void deallocate(T* p, size_t n) noexcept { ::operator delete(p, n * sizeof(T), kAlign); }
 };
+template <class T, class U>
+constexpr bool operator==(const LineAligned<T>&, const LineAligned<U>&) noexcept { return true; }
 using Buffer = std::vector<float, LineAligned<float>>;  // a block buffer of the "SRAM"
 
 inline vf load(const float* p) { vf v; std::memcpy(&v, p, sizeof v); return v; }
@@ -157,7 +162,8 @@ inline void pv_tile(const float* P, int64_t ldp, const float* V, int64_t ldv, in
     for (int v = 0; v < NVEC; ++v) b[v] = load(V + k * ldv + v * VW);
     // V's panel (a key block's rows, Bc x NVEC*VW floats: 128 KiB at Bc = 512) does not fit in
     // L1, so each row tile streams it from L2; asking for row k + 4 now hides that latency
-    // (tools/stage04_steps.py: 1.04x for the whole forward at d = 64, 1.02x at d = 128).
+    // (README, "What each change bought", step 5: 1.04x for the whole forward at d = 64, 1.02x at
+    // d = 128 with the aligned buffers of step 6, by hand; without them 0.95x at d = 128).
     // Near the end that address lies past the panel: harmless, a prefetch never faults, and it is
     // formed as an integer, so no out-of-range pointer exists (a clamp to the last row, tried
     // instead, added a compare and a multiply per step and measured slower by hand).

@@ -144,7 +144,9 @@ void forward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, T* O,
 
   // The "SRAM": each thread's block buffers, O(Br d + Bc d + Br Bc) floats, whatever N is.
   // Allocated here, before the parallel region, so that running out of memory throws
-  // std::bad_alloc to the caller (an exception cannot leave an OpenMP region).
+  // std::bad_alloc to the caller (an exception cannot leave an OpenMP region). mk::Buffer is a
+  // std::vector whose memory starts on a 64-byte cache line, so that no vector load in the
+  // micro-kernels straddles two lines (microkernel.hpp, LineAligned).
   struct Sram {
     Buffer Qi;  // (Br, d)      this query block
     Buffer Kt;  // (d, ldk)     K_j transposed: keys along the vectors

@@ -21,8 +21,9 @@ causal and not; causal is the same mask for both since N_q = N_k):
 3. The two GEMMs alone: the attention's two products done by PyTorch's sgemm (MKL) with S
    materialised (S = Q K^T, then O = S V, d 64 and 128, N = 4096, best of 5 calls), in GFLOP/s
    by the same convention and % of the same peak: the same multiply-adds with no softmax between
-   them, but S (512 MiB at N = 4096, H = 8) going through main memory (JSON context "gemm_alone";
-   "gemm_ceiling" in the runs of 2026-12-01, a name it did not deserve: stage 04 beat it).
+   them, but S (512 MiB at N = 4096, H = 8) going through main memory; always at N = 4096, also
+   with --quick or --N (JSON context "gemm_alone"; "gemm_ceiling" in run 6 of 2026-12-01, a name
+   it did not deserve: stage 04 beat it).
 The JSON records the machine: CPU model, the ISA stage 04 was built for, PyTorch's CPU capability,
 L2 per core, cores, threads, versions, date.
 
@@ -145,7 +146,7 @@ def time_pair(lib, q, k, v, causal, threads, min_calls, min_seconds):
     return statistics.median(t_ours), statistics.median(t_theirs), pair, len(t_ours)
 
 
-def gemm_ceiling(d, N, heads, calls=5):
+def gemm_alone(d, N, heads, calls=5):
     """GFLOP/s (4 heads N^2 d flops) of S = Q K^T then O = S V by torch.matmul, S materialised,
     best of `calls` (the least disturbed): the two GEMMs of attention with nothing in between."""
     gen = torch.Generator().manual_seed(1)
@@ -188,7 +189,8 @@ def main():
         print(f"--min-calls/--min-seconds: expected >= 1 and 0 to 3600, found {a.min_calls}/{a.min_seconds}",
               file=sys.stderr)
         return 2
-    tensor_bytes = 3 * a.heads * max(Ns) * max(ds) * 4 * 3  # Q, K, V; two outputs and the float64 check
+    tensor_bytes = max(3 * a.heads * max(Ns) * max(ds) * 4 * 3,  # Q, K, V; two outputs and the float64 check
+                       a.heads * 4096 * 4096 * 4)  # S of gemm_alone
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     if tensor_bytes > mem // 2:
         print(f"--N/--d/--heads: expected tensors within half of the {mem >> 20} MiB of memory, found "
@@ -228,7 +230,7 @@ def main():
                 all_ok &= c["ok"]
                 print(f"  d={d} N={N} causal={int(causal)}: ratio {row['ratio']:.2f}, "
                       f"{'ok' if c['ok'] else 'FAIL'}", flush=True)
-    gemm = {d: gemm_ceiling(d, 4096, a.heads) for d in ds}
+    gemm = {d: gemm_alone(d, 4096, a.heads) for d in ds}
     # The peak divides last: the larger of two measurements, so a moment when another process
     # held a core does not inflate every percentage.
     peak_after = lib.peak(a.threads)
