@@ -5,7 +5,7 @@
 #   docs/results/compare_torch_05.json      tools/compare_torch.py's checks and timing rows
 #   docs/results/compare_torch_05_fp16.json the same in fp16 (phase compare_fp16)
 #   docs/results/gpu_numerics.json          tools/gpu_numerics.py's errors (phase numerics)
-#   docs/results/gpu_check/                 the logs the READMEs cite (summary, SASS, ptxas, ncu,
+#   docs/results/runs/gpu_check/                 the logs the READMEs cite (summary, SASS, ptxas, ncu,
 #                                           ctest, tour, compare, bench, one sanitizers.log); another
 #                                           folder with RESULTS=docs/results/NAME (a check of one part,
 #                                           e.g. the backward's, kept beside the forward's)
@@ -25,7 +25,7 @@ for LOG in "$@"; do
 done
 set -- "${dirs[@]}"
 cd "$(dirname "$0")/.."
-R=${RESULTS:-docs/results/gpu_check}
+R=${RESULTS:-docs/results/runs/gpu_check}
 for LOG in "$@"; do
   # A summary row is "STEP STATUS SECONDS NOTE"; a failed step's STATUS is rc=N.
   failed=$(awk '$2 ~ /^rc=/ {print $1}' "$LOG/summary.txt")

@@ -23,7 +23,7 @@ KINDs:
   bwd_shape:docs/results/bench_06_backward_gpu.json gpu_v2's key-block sweep (BM_bwd_shape)
   numerics:docs/results/gpu_numerics.json           every kernel's and SDPA backend's error against float64
                                                     (tools/gpu_numerics.py), fp16 and bf16
-  io:docs/results/gpu_check                         HBM bytes each kernel moved, from the ncu logs
+  io:docs/results/runs/gpu_check                         HBM bytes each kernel moved, from the ncu logs
                                                     gpu_check.sh keeps there, beside the bytes it
                                                     must move and the count of math.md (5.6)
 Usage: python3 tools/gpu_tables.py [FILE.md ...]   (default: every README.md and docs/*.md)
