@@ -5,7 +5,8 @@ A README marks a table with two HTML comments:
     <!-- bench:docs/results/bench_01_naive.json -->
     ...table, rewritten by this script...
     <!-- /bench -->
-Usage: python3 tools/bench_tables.py [README.md ...]   (default: every README.md in the repo)
+Usage: python3 tools/bench_tables.py [FILE.md ...]   (default: every README.md in the repo and
+every .md under docs/, the lab notebooks docs/lab/ among them)
 Standard library only.
 """
 import json
@@ -43,11 +44,13 @@ def table(src, link):
 
 
 def rewrite_readmes(paths, block, render):
-    """Replace every `block` match in the READMEs (default: all outside build folders) with
+    """Replace every `block` match in the READMEs and docs (default: every README.md outside build
+    folders and every .md under docs/, so a table works in a lesson or in its lab notebook) with
     render(match, link), link being the match's `src` relative to that README (so it works in any
     viewer). Shared with tools/gpu_tables.py."""
     if not paths:
-        paths = [p for p in ROOT.rglob("README.md") if not any(s.startswith("build") for s in p.parts)]
+        paths = [p for p in ROOT.rglob("README.md") if not any(s.startswith("build") for s in p.relative_to(ROOT).parts)]
+        paths += sorted((ROOT / "docs").rglob("*.md"))
     for p in map(pathlib.Path, paths):
         text = p.read_text()
         new = block.sub(lambda m: render(m, os.path.relpath(ROOT / m.group("src"), p.resolve().parent)), text)

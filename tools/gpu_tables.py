@@ -26,7 +26,7 @@ KINDs:
   io:docs/results/runs/gpu_check                         HBM bytes each kernel moved, from the ncu logs
                                                     gpu_check.sh keeps there, beside the bytes it
                                                     must move and the count of math.md (5.6)
-Usage: python3 tools/gpu_tables.py [FILE.md ...]   (default: every README.md and docs/*.md)
+Usage: python3 tools/gpu_tables.py [FILE.md ...]   (default: every README.md and every .md under docs/)
 Standard library only.
 """
 import json
@@ -401,9 +401,7 @@ KINDS = {"numerics": numerics_table, "compare": compare_table, "bench": bench_ta
 
 
 def main(paths):
-    if not paths:  # every README, and the chapters in docs/ (io.md holds a table too)
-        paths = [p for p in ROOT.rglob("README.md") if not any(s.startswith("build") for s in p.relative_to(ROOT).parts)]
-        paths += sorted((ROOT / "docs").glob("*.md"))
+    # paths empty: every README and every .md under docs/ (io.md and the lab notebooks hold tables)
     rewrite_readmes(paths, BLOCK,
                     lambda m, link: m.group(1) + KINDS[m.group("kind")](m.group("src"), m.group("arg"), link) + m.group(6))
 
