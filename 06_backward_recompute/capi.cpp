@@ -1,0 +1,236 @@
+// libfa06.so: the C ABI of fa06.h over stage 06's backward, the CPU one (backward_tiled.hpp)
+// always, the GPU one (runner_bwd.hpp) when the build has CUDA (FA06_GPU). Exceptions stop here:
+// every failure becomes a status code and a message for fa06_last_error().
+#include <cmath>
+#include <new>
+#include <sstream>
+#include <string>
+
+#include "backward_tiled.hpp"
+#include "errors.hpp"
+#include "fa06.h"
+#include "problem.hpp"
+
+#if FA06_GPU
+#include <cuda_runtime.h>
+
+#include "check.hpp"
+#include "runner_bwd.hpp"
+#endif
+
+namespace {
+
+thread_local std::string g_error;
+
+// The message, as one line of at most 300 characters.
+int fail(int status, const std::string& msg) {
+  g_error = fa::one_line(msg, 300);
+  return status;
+}
+
+// The scale as the CLI takes it: > 0, or 0 for 1/sqrt(d).
+int check_scale(float scale) {
+  if (!(std::isfinite(scale) && scale >= 0.f) || std::signbit(scale)) {
+    std::ostringstream found;
+    found << scale;
+    return fail(FA06_INVALID_ARGUMENT, "--scale: expected a finite number > 0 (or 0 for 1/sqrt(d)), found " + found.str());
+  }
+  return FA06_OK;
+}
+
+fa::AttnProblem make(int64_t B, int64_t H, int64_t H_kv, int64_t N_q, int64_t N_k, int64_t d, int causal, float scale) {
+  fa::AttnProblem p;
+  p.B = B, p.H = H, p.H_kv = H_kv, p.N_q = N_q, p.N_k = N_k, p.d = d;
+  p.causal = causal != 0;
+  p.scale = scale;
+  return p;
+}
+
+#if FA06_GPU
+int check_dtype(int dtype) {
+  if (dtype < FA06_FP32 || dtype > FA06_BF16)
+    return fail(FA06_INVALID_ARGUMENT, "dtype: expected 0 (fp32), 1 (fp16) or 2 (bf16), found " + std::to_string(dtype));
+  return FA06_OK;
+}
+
+// "auto" is the measured default for the head dim and dtype on the current GPU.
+std::string resolve(const char* kernel, int64_t d, int dtype) {
+  const std::string k = kernel;
+  return k == "auto" ? fa06::default_backward_kernel(d, static_cast<fa::DType>(dtype)) : k;
+}
+
+// A usable GPU (one exists, compute capability >= 8.0), or FA06_CUDA_ERROR with the reason.
+int check_gpu() {
+  int n = 0, dev = 0, major = 0;
+  const cudaError_t err = cudaGetDeviceCount(&n);
+  if (err != cudaSuccess || n == 0) {
+    cudaGetLastError();
+    return fail(FA06_CUDA_ERROR, std::string("GPU: expected a CUDA GPU, found none (") +
+                                     (err != cudaSuccess ? cudaGetErrorName(err) : "no device") + ")");
+  }
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess || major < 8)
+    return fail(FA06_CUDA_ERROR, "GPU: expected compute capability 8.0 or newer, found an older or unreadable device");
+  return FA06_OK;
+}
+
+// Each pointer must be device (or managed) memory, 16-byte aligned: a host pointer would fault
+// inside a kernel, a sticky error that breaks the caller's CUDA context for good.
+int check_device_pointers(const void* const (&ptrs)[10]) {
+  const char* names[10] = {"Q", "K", "V", "O", "dO", "LSE", "dQ", "dK", "dV", ""};
+  for (int i = 0; i < 9; ++i) {
+    if (!ptrs[i]) return fail(FA06_INVALID_ARGUMENT, std::string(names[i]) + ": expected a device pointer, found NULL");
+    if (reinterpret_cast<uintptr_t>(ptrs[i]) % 16 != 0)
+      return fail(FA06_INVALID_ARGUMENT, std::string(names[i]) + ": expected a 16-byte aligned pointer, found one that is not");
+  }
+  if (int s = check_gpu()) return s;
+  for (int i = 0; i < 9; ++i) {
+    cudaPointerAttributes a{};
+    if (cudaPointerGetAttributes(&a, ptrs[i]) != cudaSuccess) {
+      cudaGetLastError();
+      return fail(FA06_INVALID_ARGUMENT, std::string(names[i]) + ": expected a device pointer, found one CUDA does not know");
+    }
+    if (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged)
+      return fail(FA06_INVALID_ARGUMENT, std::string(names[i]) + ": expected a device pointer, found host memory");
+  }
+  return FA06_OK;
+}
+
+// Runs f, mapping each exception to its status.
+template <class F>
+int guarded(F f) {
+  try {
+    f();
+    return FA06_OK;
+  } catch (const fa::InputError& e) {
+    return fail(FA06_INVALID_ARGUMENT, e.what());
+  } catch (const fa::CudaError& e) {
+    if (e.code == cudaErrorMemoryAllocation) {
+      cudaGetLastError();  // not sticky: clear it so the caller's next CUDA call is unaffected
+      return fail(FA06_OUT_OF_MEMORY, e.what());
+    }
+    return fail(FA06_CUDA_ERROR, e.what());
+  } catch (const std::bad_alloc&) {
+    return fail(FA06_OUT_OF_MEMORY, "host memory exhausted");
+  } catch (const std::exception& e) {
+    return fail(FA06_CUDA_ERROR, e.what());
+  }
+}
+#else
+int no_gpu() { return fail(FA06_UNSUPPORTED, "GPU: expected a build with CUDA, found one without (libfa06.so has the CPU half only)"); }
+#endif
+
+}  // namespace
+
+extern "C" {
+
+int fa06_backward_cpu(const float* Q, const float* K, const float* V, const float* O, const float* dO,
+                      const float* LSE, float* dQ, float* dK, float* dV, int64_t B, int64_t H, int64_t H_kv,
+                      int64_t N_q, int64_t N_k, int64_t d, int causal, float scale, int64_t Br, int64_t Bc,
+                      int threads) {
+  g_error.clear();
+  if (!Q || !K || !V || !O || !dO || !LSE || !dQ || !dK || !dV)
+    return fail(FA06_INVALID_ARGUMENT, "Q, K, V, O, dO, LSE, dQ, dK, dV: expected pointers, found NULL");
+  if (int s = check_scale(scale)) return s;
+  if (Br < 0 || Bc < 0)
+    return fail(FA06_INVALID_ARGUMENT, "--block-q/--block-k: expected block sizes >= 0 (0: the default), found Br=" +
+                                           std::to_string(Br) + " Bc=" + std::to_string(Bc));
+  if (threads < 0 || threads > 256)
+    return fail(FA06_INVALID_ARGUMENT, "--threads: expected 0 (all) to 256, found " + std::to_string(threads));
+  const fa::AttnProblem p = make(B, H, H_kv, N_q, N_k, d, causal, scale);
+  try {
+    fa::validate(p);
+    bwd::Blocks blk;
+    blk.Br = Br, blk.Bc = Bc, blk.threads = threads;
+    bwd::backward<float>(p, Q, K, V, O, dO, LSE, dQ, dK, dV, blk);
+    return FA06_OK;
+  } catch (const fa::InputError& e) {
+    return fail(FA06_INVALID_ARGUMENT, e.what());
+  } catch (const std::bad_alloc&) {
+    return fail(FA06_OUT_OF_MEMORY, "host memory exhausted (D and the block buffers, O(threads * (Br + Bc) * d))");
+  }
+}
+
+#if FA06_GPU
+int fa06_backward(const char* kernel, const void* Q, const void* K, const void* V, const void* O, const void* dO,
+                  const float* LSE, void* dQ, void* dK, void* dV, int64_t B, int64_t H, int64_t H_kv, int64_t N_q,
+                  int64_t N_k, int64_t d, int dtype, int causal, float scale, void* stream) {
+  g_error.clear();
+  if (!kernel) return fail(FA06_INVALID_ARGUMENT, "--bwd-kernel: expected a name, found NULL");
+  if (int s = check_dtype(dtype)) return s;
+  if (int s = check_scale(scale)) return s;
+  const fa::AttnProblem p = make(B, H, H_kv, N_q, N_k, d, causal, scale);
+  const fa::DType t = static_cast<fa::DType>(dtype);
+  std::string k;
+  // What needs no GPU first (the problem, the kernel), then the GPU and the pointers.
+  if (int s = guarded([&] {
+        k = resolve(kernel, d, dtype);
+        fa06::backward_plan(k, p, t, {}, 90);
+      }))
+    return s;
+  if (int s = check_device_pointers({Q, K, V, O, dO, LSE, dQ, dK, dV, nullptr})) return s;
+  return guarded([&] { fa06::backward(k, p, t, Q, K, V, O, dO, LSE, dQ, dK, dV, static_cast<cudaStream_t>(stream)); });
+}
+
+int fa06_workspace_bytes(const char* kernel, int64_t B, int64_t H, int64_t H_kv, int64_t N_q, int64_t N_k,
+                         int64_t d, int dtype, int causal, int64_t* bytes) {
+  g_error.clear();
+  if (!kernel) return fail(FA06_INVALID_ARGUMENT, "--bwd-kernel: expected a name, found NULL");
+  if (!bytes) return fail(FA06_INVALID_ARGUMENT, "bytes: expected a pointer, found NULL");
+  if (int s = check_dtype(dtype)) return s;
+  const fa::AttnProblem p = make(B, H, H_kv, N_q, N_k, d, causal, 0.f);
+  return guarded([&] {
+    *bytes = fa06::backward_plan(resolve(kernel, d, dtype), p, static_cast<fa::DType>(dtype)).workspace_bytes;
+  });
+}
+
+const char* fa06_runs(const char* kernel, int64_t d, int dtype) {
+  g_error.clear();
+  if (!kernel) {
+    fail(FA06_INVALID_ARGUMENT, "--bwd-kernel: expected a name, found NULL");
+    return nullptr;
+  }
+  if (check_dtype(dtype) != FA06_OK) return nullptr;
+  const char* runs = nullptr;
+  guarded([&] {
+    const std::string name =
+        fa06::backward_plan(resolve(kernel, d, dtype), make(1, 1, 1, 1, 1, d, 0, 0.f), static_cast<fa::DType>(dtype)).runs;
+    for (const std::string& n : fa06::backward_kernels())
+      if (n == name) runs = n.c_str();  // the list's own storage: valid for the process
+  });
+  return runs;
+}
+
+int fa06_kernel_count(void) { return int(fa06::backward_kernels().size()); }
+
+const char* fa06_kernel_name(int i) {
+  return i >= 0 && i < fa06_kernel_count() ? fa06::backward_kernels()[size_t(i)].c_str() : nullptr;
+}
+
+int fa06_has_gpu(void) { return 1; }
+#else
+int fa06_backward(const char*, const void*, const void*, const void*, const void*, const void*, const float*, void*,
+                  void*, void*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, float, void*) {
+  g_error.clear();
+  return no_gpu();
+}
+
+int fa06_workspace_bytes(const char*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int64_t*) {
+  g_error.clear();
+  return no_gpu();
+}
+
+const char* fa06_runs(const char*, int64_t, int) {
+  g_error.clear();
+  no_gpu();
+  return nullptr;
+}
+
+int fa06_kernel_count(void) { return 0; }
+const char* fa06_kernel_name(int) { return nullptr; }
+int fa06_has_gpu(void) { return 0; }
+#endif
+
+const char* fa06_last_error(void) { return g_error.c_str(); }
+
+}  // extern "C"

@@ -1,0 +1,85 @@
+/* Stage 06 as a C library (libfa06.so), for callers outside C++: python/fa_course loads it with
+ * ctypes and calls it from PyTorch's autograd, and tools/compare_torch.py times its GPU backward
+ * beside SDPA's backward in one process.
+ *
+ * Every function returns a status and never exits, aborts or prints; after a non-zero status
+ * fa06_last_error() says what went wrong, in one line (the thread's last error; it names the
+ * stage program's flag for a value, e.g. "--head-dim" for d). Outputs are untouched by a call
+ * that fails its checks.
+ *
+ * Layout for both halves: Q, O, dO, dQ [B, H, N_q, d]; K, V, dK, dV [B, H_kv, N_k, d], row-major,
+ * contiguous; query head h reads kv head h / (H / H_kv). LSE [B, H, N_q], float32, natural log
+ * (-inf for a row that sees no key), as the forward (fa04_forward, fa05_forward) returned it.
+ * causal: non-zero for the bottom-right aligned mask (query i sees key j iff j <= i + N_k - N_q;
+ * the same as PyTorch's is_causal only when N_q == N_k). scale: > 0, or 0 for 1/sqrt(d).
+ */
+#ifndef FA06_H
+#define FA06_H
+#include <stdint.h>
+
+#ifndef FA06_API
+#define FA06_API /* the library's build marks these as its only exported symbols */
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum fa06_dtype { FA06_FP32 = 0, FA06_FP16 = 1, FA06_BF16 = 2 };
+
+enum fa06_status {
+  FA06_OK = 0,
+  FA06_INVALID_ARGUMENT = 1, /* a null pointer, a size < 1, H % H_kv != 0, a bad dtype, scale,
+                                block or thread count, an unknown kernel, d above a kernel's limit */
+  FA06_UNSUPPORTED = 2,      /* a valid call this build cannot run (the GPU half without CUDA) */
+  FA06_CUDA_ERROR = 3,       /* CUDA failed (no GPU, a launch or runtime error) */
+  FA06_OUT_OF_MEMORY = 4     /* host memory (CPU) or the kernel's workspace (GPU) did not fit */
+};
+
+/* ---- CPU (backward_tiled.hpp), float32, host pointers ---------------------------------------- */
+
+/* dQ, dK, dV of a loss L given dO = dL/dO, from Q, K, V, O and LSE, on `threads` OpenMP threads
+ * (0: all). Br, Bc: block rows, or 0 for the stage's default (64 for d <= 64, else 128). The
+ * result is bit-identical for any thread count. Returns when dQ, dK, dV are written. */
+FA06_API int fa06_backward_cpu(const float* Q, const float* K, const float* V, const float* O,
+                               const float* dO, const float* LSE, float* dQ, float* dK, float* dV,
+                               int64_t B, int64_t H, int64_t H_kv, int64_t N_q, int64_t N_k, int64_t d,
+                               int causal, float scale, int64_t Br, int64_t Bc, int threads);
+
+/* ---- GPU (runner_bwd.hpp), device pointers ---------------------------------------------------- */
+
+/* The same gradients with GPU kernel `kernel` ("gpu_v1", "gpu_v2", ... fa06_kernel_name; "auto"
+ * for fa06_default_kernel's choice) on `stream` (a cudaStream_t; NULL: the default stream).
+ * Q ... dV in `dtype` (enum fa06_dtype), LSE float32; device memory, 16-byte aligned (as
+ * cudaMalloc's and PyTorch's allocations are). Returns when the work is queued, not done. The
+ * workspace (fa06_workspace_bytes) is taken from and given back to a stream-ordered pool. */
+FA06_API int fa06_backward(const char* kernel, const void* Q, const void* K, const void* V, const void* O,
+                           const void* dO, const float* LSE, void* dQ, void* dK, void* dV, int64_t B,
+                           int64_t H, int64_t H_kv, int64_t N_q, int64_t N_k, int64_t d, int dtype,
+                           int causal, float scale, void* stream);
+
+/* Bytes of GPU workspace fa06_backward takes for this problem (D, and dQ's float32 accumulator
+ * for the tensor-core kernels), written to *bytes. Needs no GPU. */
+FA06_API int fa06_workspace_bytes(const char* kernel, int64_t B, int64_t H, int64_t H_kv, int64_t N_q,
+                                  int64_t N_k, int64_t d, int dtype, int causal, int64_t* bytes);
+
+/* The kernel that really runs when `kernel` is asked for this head dim and dtype on the current
+ * GPU (or, without one, a Hopper): `kernel` itself, a fallback (e.g. "gpu_v1" where a
+ * tensor-core kernel does not cover d), or for "auto" the fastest measured. NULL (and
+ * fa06_last_error()) for an unknown kernel, a bad d or dtype, or a build without CUDA. */
+FA06_API const char* fa06_runs(const char* kernel, int64_t d, int dtype);
+
+/* The GPU kernels, in course order: i from 0 to fa06_kernel_count() - 1 (0 without CUDA). */
+FA06_API int fa06_kernel_count(void);
+FA06_API const char* fa06_kernel_name(int i);
+
+/* 1 if this build has the GPU half, else 0. */
+FA06_API int fa06_has_gpu(void);
+
+/* The message of this thread's last non-OK status ("" if none). Valid until the next call. */
+FA06_API const char* fa06_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,156 @@
+// libfa06.so's C ABI (fa06.h), the door python/fa_course's autograd uses: the backward battery
+// run through it, the same bits as calling bwd::backward directly, and every refusal (a status,
+// one line naming the argument, outputs left untouched) instead of a crash. Needs no GPU: the
+// GPU half is checked here only for what it refuses before touching a GPU.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "backward_tiled.hpp"
+#include "conformance.hpp"
+#include "fa06.h"
+#include "harness.hpp"
+#include "tiled.hpp"
+
+namespace {
+
+// Stage 04's forward: the O and LSE the backward consumes (as python/fa_course pairs them).
+void forward04(const fa::AttnProblem& p, const float* Q, const float* K, const float* V, float* O, float* LSE) {
+  tiled::forward<float>(p, Q, K, V, O, LSE);
+}
+
+// Stage 06 through the C ABI, as the Python op calls it (blocks and threads: the defaults).
+void backward_via_capi(const fa::AttnProblem& p, const float* Q, const float* K, const float* V, const float* O,
+                       const float* dO, const float* LSE, float* dQ, float* dK, float* dV) {
+  const int s = fa06_backward_cpu(Q, K, V, O, dO, LSE, dQ, dK, dV, p.B, p.H, p.H_kv, p.N_q, p.N_k, p.d, p.causal,
+                                  p.scale, 0, 0, 0);
+  REQUIRE_MESSAGE(s == FA06_OK, fa06_last_error());
+}
+
+}  // namespace
+
+TEST_CASE("06 C ABI: the backward battery through fa06_backward_cpu") {
+  fa::check_backward_battery(backward_via_capi, false, forward04);
+}
+
+TEST_CASE("06 C ABI: the same bits as bwd::backward, for default and explicit blocks") {
+  fa::AttnProblem p = fa::make_problem(2, 4, 2, 131, 77, 40, true);
+  p.scale = 0.3f;
+  fa::Inputs in = fa::random_inputs(p, 5);
+  fa::add_grad_output(in, "", 6);
+  const fa::ForwardRun fwd = fa::run_forward(forward04, in);
+  for (auto [Br, Bc] : {std::pair<int64_t, int64_t>{0, 0}, {7, 13}}) {
+    INFO("Br=" << Br << " Bc=" << Bc);
+    const fa::BackwardRun direct = fa::run_backward(
+        [&](const fa::AttnProblem& q, const float* Q, const float* K, const float* V, const float* O, const float* dO,
+            const float* L, float* dQ, float* dK, float* dV) {
+          bwd::Blocks b;
+          b.Br = Br, b.Bc = Bc, b.threads = 2;
+          bwd::backward<float>(q, Q, K, V, O, dO, L, dQ, dK, dV, b);
+        }, in, fwd);
+    const fa::BackwardRun via = fa::run_backward(
+        [&](const fa::AttnProblem& q, const float* Q, const float* K, const float* V, const float* O, const float* dO,
+            const float* L, float* dQ, float* dK, float* dV) {
+          REQUIRE(fa06_backward_cpu(Q, K, V, O, dO, L, dQ, dK, dV, q.B, q.H, q.H_kv, q.N_q, q.N_k, q.d, q.causal,
+                                    q.scale, Br, Bc, 2) == FA06_OK);
+        }, in, fwd);
+    CHECK(fa::same_bits(direct.dQ, via.dQ));
+    CHECK(fa::same_bits(direct.dK, via.dK));
+    CHECK(fa::same_bits(direct.dV, via.dV));
+  }
+}
+
+TEST_CASE("06 C ABI: bad arguments get a status and one line naming them; outputs untouched") {
+  std::vector<float> X(64, 1.f), L(4, 0.f);
+  const float poison = std::numeric_limits<float>::quiet_NaN();
+  struct Bad {
+    const char* what;  // a word the message must contain
+    int64_t B, H, H_kv, N, d;
+    float scale;
+    int64_t Br, Bc;
+    int threads;
+    bool null_do;
+  };
+  const Bad bad[] = {
+      {"NULL", 1, 1, 1, 4, 16, 0.f, 0, 0, 0, true},
+      {"--heads", 1, 0, 1, 4, 16, 0.f, 0, 0, 0, false},
+      {"--kv-heads", 1, 3, 2, 1, 16, 0.f, 0, 0, 0, false},
+      {"--seq-q", 1, 1, 1, 0, 16, 0.f, 0, 0, 0, false},
+      {"--head-dim", 1, 1, 1, 4, -1, 0.f, 0, 0, 0, false},
+      {"--scale", 1, 1, 1, 4, 16, -1.f, 0, 0, 0, false},
+      {"--scale", 1, 1, 1, 4, 16, std::numeric_limits<float>::quiet_NaN(), 0, 0, 0, false},
+      {"--block-q", 1, 1, 1, 4, 16, 0.f, -1, 0, 0, false},
+      {"--threads", 1, 1, 1, 4, 16, 0.f, 0, 0, -2, false},
+      {"--threads", 1, 1, 1, 4, 16, 0.f, 0, 0, 257, false},
+      {"2^40", 1 << 20, 1 << 20, 1, 1 << 20, 16, 0.f, 0, 0, 0, false},
+  };
+  for (const Bad& b : bad) {
+    INFO(b.what);
+    std::vector<float> dQ(64, poison), dK(64, poison), dV(64, poison);
+    const int s = fa06_backward_cpu(X.data(), X.data(), X.data(), X.data(), b.null_do ? nullptr : X.data(), L.data(),
+                                    dQ.data(), dK.data(), dV.data(), b.B, b.H, b.H_kv, b.N, b.N, b.d, 0, b.scale,
+                                    b.Br, b.Bc, b.threads);
+    CHECK(s == FA06_INVALID_ARGUMENT);
+    const std::string msg = fa06_last_error();
+    CHECK(msg.find(b.what) != std::string::npos);
+    CHECK(msg.find('\n') == std::string::npos);
+    for (const auto* t : {&dQ, &dK, &dV})
+      for (float x : *t) CHECK(std::isnan(x));
+  }
+  // A good call clears the message.
+  std::vector<float> dQ(64), dK(64), dV(64);
+  CHECK(fa06_backward_cpu(X.data(), X.data(), X.data(), X.data(), X.data(), L.data(), dQ.data(), dK.data(), dV.data(),
+                          1, 1, 1, 4, 4, 16, 0, 0.f, 0, 0, 1) == FA06_OK);
+  CHECK(std::string(fa06_last_error()).empty());
+}
+
+TEST_CASE("06 C ABI: the GPU half refuses before it touches a GPU") {
+  std::vector<float> X(64, 1.f);
+  int64_t bytes = -1;
+  if (!fa06_has_gpu()) {
+    CHECK(fa06_backward("auto", X.data(), X.data(), X.data(), X.data(), X.data(), X.data(), X.data(), X.data(),
+                        X.data(), 1, 1, 1, 4, 4, 16, 0, 0, 0.f, nullptr) == FA06_UNSUPPORTED);
+    CHECK(std::string(fa06_last_error()).find("CUDA") != std::string::npos);
+    CHECK(fa06_kernel_count() == 0);
+    return;
+  }
+  REQUIRE(fa06_kernel_count() >= 1);
+  CHECK(std::string(fa06_kernel_name(0)) == "gpu_v1");
+  CHECK(fa06_kernel_name(fa06_kernel_count()) == nullptr);
+  // Unknown kernel, bad dtype, bad scale, d above 256, NULL: refused on the arguments alone.
+  struct Bad {
+    const char* kernel;
+    int dtype;
+    float scale;
+    int64_t d;
+    const char* what;
+  } bad[] = {{"gpu_v9", 2, 0.f, 64, "--bwd-kernel"}, {"auto", 7, 0.f, 64, "dtype"},
+             {"auto", 2, -2.f, 64, "--scale"},      {"gpu_v1", 2, 0.f, 300, "--head-dim"},
+             {nullptr, 2, 0.f, 64, "--bwd-kernel"}};
+  for (const Bad& b : bad) {
+    INFO(b.what);
+    CHECK(fa06_backward(b.kernel, X.data(), X.data(), X.data(), X.data(), X.data(), X.data(), X.data(), X.data(),
+                        X.data(), 1, 1, 1, 4, 4, b.d, b.dtype, 0, b.scale, nullptr) == FA06_INVALID_ARGUMENT);
+    CHECK(std::string(fa06_last_error()).find(b.what) != std::string::npos);
+  }
+  // Host memory (or, without a GPU, no GPU) is refused before any kernel could fault on it.
+  std::vector<float> big(4 * 1 * 16 + 64, 1.f);
+  float* a = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(big.data()) + 15) / 16 * 16);
+  const int s = fa06_backward("gpu_v1", a, a, a, a, a, a, a, a, a, 1, 1, 1, 4, 4, 16, 0, 0, 0.f, nullptr);
+  CHECK((s == FA06_INVALID_ARGUMENT || s == FA06_CUDA_ERROR));
+  CHECK(std::string(fa06_last_error()).find('\n') == std::string::npos);
+  // The workspace and the kernel that runs need no GPU.
+  REQUIRE(fa06_workspace_bytes("gpu_v1", 1, 2, 1, 100, 100, 64, 2, 0, &bytes) == FA06_OK);
+  CHECK(bytes == 4 * 2 * 100);  // D: one float per query row
+  REQUIRE(fa06_workspace_bytes("gpu_v2", 1, 2, 1, 100, 100, 64, 2, 0, &bytes) == FA06_OK);
+  CHECK(bytes >= 4 * 2 * 100 + 4 * 2 * 100 * 64);  // D and dQ's float32 accumulator
+  CHECK(fa06_workspace_bytes("gpu_v2", 1, 2, 1, 100, 100, 64, 2, 0, nullptr) == FA06_INVALID_ARGUMENT);
+  CHECK(std::string(fa06_runs("gpu_v2", 40, 2)) == "gpu_v1");  // no tensor-core code at d = 40
+  CHECK(std::string(fa06_runs("gpu_v1", 64, 0)) == "gpu_v1");
+  CHECK(fa06_runs("auto", 64, 0) != nullptr);
+  CHECK(fa06_runs("nope", 64, 2) == nullptr);
+  CHECK(std::string(fa06_last_error()).find("--bwd-kernel") != std::string::npos);
+}
