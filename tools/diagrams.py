@@ -1,0 +1,726 @@
+"""Draw the course's explanatory diagrams into docs/img/diagram_*.png (no data: every picture is
+drawn from the structure of the code it explains; the numbers in them are the code's constants).
+
+  diagram_online_softmax_merge.png     stage 03: the state (m, l, o) of two key blocks and merge()
+  diagram_block_grid_causal.png        stage 04: the Q-block x KV-block grid under the causal mask
+  diagram_v1_vs_v2_work_split.png      stage 05: who computes what in v1 and in v2
+  diagram_mma_fragment.png             stage 05: the lanes of one mma.sync m16n8k16
+  diagram_v3_double_buffer.png         stage 05: v2's copy-then-compute against v3's cp.async ring
+  diagram_v12_producer_consumer.png    stage 05: v12's TMA producer, mbarrier rings, two consumers
+  diagram_backward_loop.png            stage 06: the backward's K/V-outer loop and dQ's accumulation
+
+Timelines (v3, v12) use schematic durations: the order of the steps and every wait follow the
+kernels; the lengths do not come from a measurement.
+
+Usage: python3 tools/diagrams.py [--out docs/img]   (tools/plots.sh makes the venv and runs it)
+The PNGs carry no timestamp or software tag, so the same matplotlib draws the same bytes.
+"""
+import argparse
+import math
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.patches import FancyArrowPatch, Polygon, Rectangle  # noqa: E402
+
+# ---- one style for every diagram -------------------------------------------------------------
+plt.rcParams.update({
+    "font.family": "DejaVu Sans",
+    "font.size": 10,
+    "mathtext.fontset": "dejavusans",
+    "savefig.facecolor": "white",
+    "figure.facecolor": "white",
+})
+INK = "#222222"
+MUTED = "#6b6b6b"
+Q_C = "#4C72B0"      # queries: Q, O, dQ
+KV_C = "#DD8452"     # keys and values: K, V, dK, dV
+OK_C = "#55A868"     # computed / full
+MASK_C = "#C44E52"   # masked, waits, barriers
+SKIP_C = "#E3E3E3"   # skipped / idle
+EXTRA_C = "#8172B3"  # a fourth colour (warp 3, register 3)
+WARP_C = [Q_C, KV_C, OK_C, EXTRA_C]
+WIDTH_IN, DPI = 9.0, 100  # 900 px wide: GitHub shows it at full size
+
+
+def tint(hex_color, f):
+    """hex_color mixed with white: f = 0 the colour, f = 1 white."""
+    r, g, b = (int(hex_color[i:i + 2], 16) for i in (1, 3, 5))
+    return "#%02x%02x%02x" % tuple(round(c + (255 - c) * f) for c in (r, g, b))
+
+
+def canvas(height_in, xlim, ylim, title):
+    fig = plt.figure(figsize=(WIDTH_IN, height_in))
+    ax = fig.add_axes([0, 0, 1, 1])
+    ax.set_xlim(*xlim)
+    ax.set_ylim(*ylim)
+    ax.axis("off")
+    ax.text((xlim[0] + xlim[1]) / 2, ylim[1] - 0.02 * (ylim[1] - ylim[0]), title, ha="center", va="top",
+            fontsize=13, fontweight="bold", color=INK)
+    return fig, ax
+
+
+def box(ax, x, y, w, h, fc="white", ec=INK, lw=1.0, text=None, fs=10, color=INK, ha="center", **kw):
+    ax.add_patch(Rectangle((x, y), w, h, facecolor=fc, edgecolor=ec, linewidth=lw, **kw))
+    if text is not None:
+        tx = x + w / 2 if ha == "center" else x + 0.02 * w + 0.05
+        ax.text(tx, y + h / 2, text, ha=ha, va="center", fontsize=fs, color=color)
+
+
+def arrow(ax, x0, y0, x1, y1, color=INK, lw=1.2, style="-|>", ms=12, **kw):
+    ax.add_patch(FancyArrowPatch((x0, y0), (x1, y1), arrowstyle=style, mutation_scale=ms, color=color,
+                                 linewidth=lw, shrinkA=0, shrinkB=0, **kw))
+
+
+def save(fig, out, name):
+    path = os.path.join(out, name)
+    fig.savefig(path, dpi=DPI, metadata={"Software": None})
+    plt.close(fig)
+    print("wrote", path)
+
+
+# ---- 1. stage 03: the online-softmax state and merge() ----------------------------------------
+def online_softmax_merge(out):
+    # An example row: block A holds keys 0-2, block B keys 3-5 (scores S_ij, scale applied).
+    SA, SB = [1.0, 3.0, 2.0], [4.0, 0.5, 2.5]
+    mA, mB = max(SA), max(SB)
+    lA = sum(math.exp(s - mA) for s in SA)
+    lB = sum(math.exp(s - mB) for s in SB)
+    m = max(mA, mB)
+    l = lA * math.exp(mA - m) + lB * math.exp(mB - m)
+    l_direct = sum(math.exp(s - m) for s in SA + SB)
+    assert abs(l - l_direct) < 1e-12
+
+    fig, ax = canvas(6.0, (0, 18), (0, 12), "Online softmax: the state of two key blocks, and their merge")
+    ax.text(9, 11.05, r"one query row $i$;  $S_{ij}$ = scale $q_i \cdot k_j$;  $o$ is the unnormalised "
+            r"output ($d$ numbers), $O_i = o\,/\,l$ at the end", ha="center", fontsize=9.5, color=MUTED)
+    # The row of scores, split into blocks A and B.
+    cw = 1.2
+    x0 = 9 - 3 * cw - 0.3
+    for k, s in enumerate(SA + SB):
+        blockA = k < 3
+        x = x0 + k * cw + (0 if blockA else 0.6)
+        box(ax, x, 9.1, cw, 0.9, fc=tint(Q_C if blockA else KV_C, 0.7), text=f"{s:g}", fs=10)
+        ax.text(x + cw / 2, 8.8, f"j={k}", ha="center", va="top", fontsize=8, color=MUTED)
+    ax.text(x0 - 0.25, 9.55, r"$S_{ij}$", ha="right", va="center", fontsize=10)
+    ax.text(x0 + 1.5 * cw, 10.25, "key block A", ha="center", fontsize=10, color=Q_C, fontweight="bold")
+    ax.text(x0 + 4.5 * cw + 0.6, 10.25, "key block B", ha="center", fontsize=10, color=KV_C, fontweight="bold")
+
+    # The two states, from partial() over each block (add_key, one key at a time).
+    def state(x, y, name, c, mv, lv, keys):
+        box(ax, x, y, 5.4, 2.3, fc=tint(c, 0.88), ec=c, lw=1.5)
+        ax.text(x + 0.2, y + 1.95, f"state {name} = partial(keys {keys})", fontsize=10, fontweight="bold",
+                color=c, va="center")
+        ax.text(x + 0.2, y + 1.35, rf"$m_{name} = \max\ S_{{ij}} = {mv:g}$", fontsize=11, va="center")
+        ax.text(x + 0.2, y + 0.85, rf"$l_{name} = \Sigma_j\, e^{{S_{{ij}} - m_{name}}} = {lv:.3f}$", fontsize=11,
+                va="center")
+        ax.text(x + 0.2, y + 0.3, rf"$o_{name} = \Sigma_j\, e^{{S_{{ij}} - m_{name}}}\, V_j$", fontsize=11, va="center")
+
+    state(0.6, 5.6, "A", Q_C, mA, lA, "0-2")
+    state(12.0, 5.6, "B", KV_C, mB, lB, "3-5")
+    arrow(ax, x0 + 1.5 * cw, 8.55, 3.3, 7.95, color=Q_C)
+    arrow(ax, x0 + 4.5 * cw + 0.6, 8.55, 14.7, 7.95, color=KV_C)
+
+    # merge(a, b).
+    box(ax, 6.3, 4.35, 5.4, 3.55, fc="white", ec=INK, lw=1.5)
+    ax.text(9, 7.55, "merge(A, B)", ha="center", fontsize=11, fontweight="bold", va="center")
+    ax.text(6.5, 6.85, r"$m = \max(m_A, m_B)$", fontsize=11, va="center")
+    ax.text(6.5, 6.25, r"$l = l_A\,e^{m_A-m} + l_B\,e^{m_B-m}$", fontsize=11, va="center")
+    ax.text(6.5, 5.6, r"$o = o_A\,e^{m_A-m} + o_B\,e^{m_B-m}$", fontsize=11, va="center")
+    ax.text(6.5, 4.85, rf"here: $m$ = {m:g}, $l$ = {l:.3f}, the same as" "\n" r"summing $e^{S_{ij} - m}$ over all 6 keys",
+            fontsize=9, va="center", color=MUTED)
+    arrow(ax, 6.0, 6.75, 6.3, 6.75)
+    arrow(ax, 12.0, 6.75, 11.7, 6.75)
+
+    # finish().
+    box(ax, 5.8, 2.75, 6.4, 1.0, fc=tint(OK_C, 0.85), ec=OK_C, lw=1.5,
+        text=r"finish():  $O_i = o\,/\,l,\quad LSE_i = m + \log l$", fs=11)
+    arrow(ax, 9, 4.35, 9, 3.75)
+
+    # add_key() is merge() with a one-key state.
+    box(ax, 0.6, 0.35, 16.8, 1.75, fc="#f7f7f7", ec=MUTED, lw=1.0)
+    ax.text(0.85, 1.75, "add_key(st, s, v) is merge() with a one-key state:", fontsize=10,
+            fontweight="bold", va="center")
+    ax.text(0.85, 1.15, r"one key j alone has $m = S_{ij}$, $l = e^{S_{ij} - S_{ij}} = 1$, $o = V_j$;  "
+            r"merge(st, $\{S_{ij}, 1, V_j\}$) gives", fontsize=10, va="center")
+    ax.text(0.85, 0.6, r"$m' = \max(m, S_{ij}),\quad l' = l\,e^{m-m'} + e^{S_{ij}-m'},\quad "
+            r"o' = o\,e^{m-m'} + e^{S_{ij}-m'}\,V_j$" "   (exactly add_key's alpha and beta)",
+            fontsize=10, va="center")
+    save(fig, out, "diagram_online_softmax_merge.png")
+
+
+# ---- 2. stage 04: the causal block grid -------------------------------------------------------
+def block_grid_causal(out):
+    T = 8  # N_q = N_k = 8 Br, Br = Bc: the paper's blocks at M = 64 KiB, d = 64 (Br = Bc = 64)
+    fig, ax = canvas(6.3, (0, 18), (0, 12.6), "Causal mask on the block grid: what stage 04 never reads")
+    cs = 1.05
+    gx, gy = 1.5, 1.5  # bottom-left corner of the grid; Q block 0 is the top row
+    top = gy + T * cs
+    n_full = n_diag = n_skip = 0
+    for i in range(T):
+        for j in range(T):
+            x, y = gx + j * cs, top - (i + 1) * cs
+            if j > i:  # past keys_needed = keys_seen(last row of block i): never loaded
+                box(ax, x, y, cs, cs, fc=SKIP_C, ec="white", lw=1.5)
+                n_skip += 1
+            elif j == i:  # crosses the diagonal: loaded, masked above it
+                box(ax, x, y, cs, cs, fc=tint(OK_C, 0.35), ec="white", lw=1.5)
+                ax.add_patch(Polygon([(x, y + cs), (x + cs, y + cs), (x + cs, y)], closed=True,
+                                     facecolor=tint(MASK_C, 0.45), edgecolor="white", linewidth=0.8,
+                                     hatch="///"))
+                n_diag += 1
+            else:
+                box(ax, x, y, cs, cs, fc=tint(OK_C, 0.35), ec="white", lw=1.5)
+                n_full += 1
+    ax.plot([gx, gx + T * cs], [top, gy], color=MASK_C, lw=1.2, ls="--")
+    for k in range(T):
+        ax.text(gx - 0.15, top - (k + 0.5) * cs, f"i={k}", ha="right", va="center", fontsize=8.5, color=Q_C)
+        ax.text(gx + (k + 0.5) * cs, top + 0.15, f"j={k}", ha="center", va="bottom", fontsize=8.5, color=KV_C)
+    ax.text(gx + T * cs / 2, top + 0.65, "K/V blocks j (Bc keys each): the inner loop", ha="center",
+            fontsize=10, color=KV_C)
+    ax.text(gx - 1.15, top - T * cs / 2, "Q blocks i (Br rows each): parallel tasks", rotation=90,
+            ha="center", va="center", fontsize=10, color=Q_C)
+    ax.text(gx + T * cs / 2, gy - 0.35, f"drawn: N_q = N_k = {T} blocks, Br = Bc", ha="center", va="top",
+            fontsize=9, color=MUTED)
+    # Row i stops at keys_needed.
+    i = 4
+    yk = top - (i + 0.5) * cs
+    arrow(ax, gx + 0.1, yk, gx + (i + 1) * cs - 0.1, yk, color=INK, lw=1.3)
+    ax.text(gx + (i + 1) * cs + 0.1, yk + 0.02, "stop: keys_needed", ha="left", va="center", fontsize=8.5,
+            fontweight="bold", bbox=dict(facecolor="white", edgecolor="none", pad=1))
+
+    # Legend and the count.
+    lx, ly = 10.7, 10.6
+    items = [
+        (tint(OK_C, 0.35), None, f"full block, no mask: {n_full}"),
+        (tint(MASK_C, 0.45), "///", f"on the diagonal (crosses): -inf above it: {n_diag}"),
+        (SKIP_C, None, f"past keys_needed: K_j, V_j not read: {n_skip}"),
+    ]
+    for k, (fc, hatch, label) in enumerate(items):
+        y = ly - k * 0.75
+        ax.add_patch(Rectangle((lx, y), 0.5, 0.5, facecolor=fc, edgecolor=MUTED, linewidth=0.6, hatch=hatch))
+        ax.text(lx + 0.7, y + 0.25, label, va="center", fontsize=9.5)
+    ax.text(lx, 8.2, "keys_needed = keys_seen(last row of block i):\nthe K/V loop of block i ends there, "
+            "so every\nblock right of the diagonal is skipped whole.", fontsize=9.5, va="top")
+    ax.text(lx, 6.3, "K/V blocks read (Tr = Tc = 8):", fontsize=10, fontweight="bold", va="top")
+    # Bars: blocks of K and V loaded, not causal against causal.
+    bx, bw = lx, 6.8
+    for k, (label, n, c) in enumerate([("not causal", T * T, KV_C), ("causal", n_full + n_diag, OK_C)]):
+        y = 5.0 - k * 0.8
+        box(ax, bx, y, bw * n / (T * T), 0.55, fc=tint(c, 0.3), ec="none")
+        ax.text(bx + 0.1, y + 0.27, f"{label}: {n}", va="center", fontsize=9.5)
+    ax.text(lx, 3.4, f"saved: {n_skip} of {T * T} loads (T(T-1)/2 of T\u00b2: half, as T grows).\n"
+            "Counted at N = 4096, d = 64, Br = 64 (README):\n"
+            "K/V traffic 33.6 M -> 17.0 M elements.", fontsize=9.5, va="top")
+    ax.text(lx, 1.55, "With Br \u2260 Bc the block that keys_needed falls in is cut:\n"
+            "only its first bn = keys_needed - c0 keys are loaded.", fontsize=8.5, va="top", color=MUTED)
+    save(fig, out, "diagram_block_grid_causal.png")
+
+
+# ---- 3. stage 05: v1's thread-block layout against v2's warp split ----------------------------
+def v1_vs_v2(out):
+    d = 64
+    # v1: runner.cu's v1_blocks: M = 48 KiB of floats, Bc = ceil(M / 4d), Br = min(Bc, d).
+    M = 48 * 1024 // 4
+    Bc1 = -(-M // (4 * d))
+    Br1 = min(Bc1, d)
+    threads1 = 128
+    v1_floats = Br1 * d + Bc1 * (d | 1) + Bc1 * d + Br1 * (Bc1 + 1) + Br1 * d + 3 * Br1  # v1::Layout
+    # v2: kWarps = 4, Br = 16 kWarps, Bc = 64, tiles of (rows, D + 8) 16-bit values.
+    warps2, Br2, Bc2 = 4, 64, 64
+    v2_bytes = (Br2 + 2 * Bc2) * (d + 8) * 2
+
+    fig, ax = canvas(6.9, (0, 18), (0, 13.8), f"Who computes what: v1 (a block of {threads1} threads) "
+                     f"against v2 ({warps2} warps), d = {d}")
+    u = 0.085  # size of one element of S
+    for panel, (x0, name) in enumerate([(0.5, "v1"), (9.4, "v2")]):
+        Br, Bc = (Br1, Bc1) if panel == 0 else (Br2, Bc2)
+        y_top = 12.2
+        ax.text(x0, y_top + 0.45, f"{name}: S_ij, a Br x Bc = {Br} x {Bc} tile", fontsize=11,
+                fontweight="bold", va="center")
+        for r in range(Br):
+            for c in range(Bc):
+                w = ((r * Bc + c) % threads1) // 32 if panel == 0 else r // 16
+                ax.add_patch(Rectangle((x0 + c * u, y_top - (r + 1) * u), u, u, facecolor=tint(WARP_C[w], 0.15),
+                                       edgecolor="none"))
+        ax.add_patch(Rectangle((x0, y_top - Br * u), Bc * u, Br * u, facecolor="none", edgecolor=INK, lw=1))
+        ax.text(x0 + Bc * u / 2, y_top - Br * u - 0.1, f"Bc = {Bc} keys", ha="center", va="top", fontsize=9)
+        ax.text(x0 - 0.1, y_top - Br * u / 2, f"Br = {Br} rows", rotation=90, ha="right", va="center", fontsize=9)
+        tx = x0 + Bc * u + 0.3
+        if panel == 0:
+            ax.text(tx, y_top - 0.1, "S step: element\ne = r Bc + c goes to\nthread e % 128: a warp's\n"
+                    "elements spread over\nevery row", fontsize=9.5, va="top")
+            ax.text(tx, y_top - 2.1, "softmax: thread r owns row r\n"
+                    f"({Br} of {threads1} threads busy)", fontsize=9.5, va="top")
+            ax.text(tx, y_top - 3.3, "so every step reads what\nother warps wrote: S, O_i, m, l\n"
+                    "live in shared memory", fontsize=9.5, va="top")
+        else:
+            for w in range(warps2):
+                ax.text(x0 + Bc * u / 2, y_top - (w * 16 + 8) * u, f"warp {w}: rows {16 * w}-{16 * w + 15}, "
+                        f"all {Bc} keys", fontsize=9.5, ha="center", va="center", color="white", fontweight="bold")
+            ax.text(tx, y_top - 0.1, "each warp: its 16\nrows of S, P, O_i,\nm, l; every warp\nreads all of\n"
+                    "K_j and V_j", fontsize=9.5, va="top")
+        # Legend of the warps (same colours in both panels).
+    for w in range(4):
+        ax.add_patch(Rectangle((0.5 + w * 2.0, 6.25), 0.35, 0.35, facecolor=tint(WARP_C[w], 0.15), edgecolor="none"))
+        ax.text(0.95 + w * 2.0, 6.42, f"warp {w}", va="center", fontsize=9)
+
+    # What lives where, and the steps of one K/V block.
+    rows1 = [
+        ("shared memory (fp32, %.1f KiB):" % (v1_floats * 4 / 1024), True),
+        (f"Q_i {Br1}x{d}, K_j {Bc1}x{d | 1}, V_j {Bc1}x{d},", False),
+        (f"S {Br1}x{Bc1 + 1}, O_i {Br1}x{d}, m, l, alpha", False),
+        ("per K/V block, 4 __syncthreads:", True),
+        ("1  all threads copy K_j, V_j   | barrier", False),
+        ("2  S = scale Q_i K_j^T, 1 thread/element   | barrier", False),
+        ("3  softmax, 1 thread/row   | barrier", False),
+        ("4  O_i = alpha O_i + P V_j, 1 thread/element", False),
+        ("    | barrier (before the next copy)", False),
+        ("scalar fp32 FMAs, 2 shared reads each", True),
+    ]
+    rows2 = [
+        ("shared memory (16-bit, %.0f KiB): only" % (v2_bytes / 1024), True),
+        (f"Q_i, K_j, V_j, {Br2}x{d + 8} each (+8 padding)", False),
+        ("registers of each warp: its S, P, O_i, m, l", False),
+        ("per K/V block, 2 __syncthreads:", True),
+        ("   barrier | all threads copy K_j, V_j | barrier", False),
+        ("each warp, alone, on its 16 rows:", False),
+        ("1  S = Q_i K_j^T: mma.sync m16n8k16", False),
+        ("2  softmax: a row lives in one quad (4 lanes),", False),
+        ("    2 __shfl_xor_sync: no other warp needed", False),
+        ("3  O_i += P V_j: P reused from registers", False),
+    ]
+    for x0, rows in [(0.5, rows1), (9.4, rows2)]:
+        y = 5.6
+        for text, bold in rows:
+            ax.text(x0, y, text, fontsize=9.5, va="center", fontweight="bold" if bold else "normal",
+                    family="DejaVu Sans Mono" if not bold else "DejaVu Sans")
+            y -= 0.52
+    ax.plot([9.0, 9.0], [0.3, 13.0], color=SKIP_C, lw=1.5)
+    save(fig, out, "diagram_v1_vs_v2_work_split.png")
+
+
+# ---- 4. stage 05: the mma.sync m16n8k16 fragments ---------------------------------------------
+def mma_fragment(out):
+    # PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type" (.f16/.bf16 A, B;
+    # .f32 C, D), as ptx.cuh restates it. groupID g = lane >> 2, threadID_in_group t = lane % 4.
+    A = {}  # (row, col) -> (lane, register 0..3)
+    B = {}
+    C = {}
+    for lane in range(32):
+        g, t = lane >> 2, lane % 4
+        for i in range(8):  # a0..a7: four registers of two halves
+            row = g if (i < 2 or 4 <= i < 6) else g + 8
+            col = t * 2 + (i & 1) + (8 if i >= 4 else 0)
+            A[(row, col)] = (lane, i // 2)
+        for i in range(4):  # b0..b3: two registers of two halves
+            row = t * 2 + (i & 1) + (8 if i >= 2 else 0)
+            B[(row, g)] = (lane, i // 2)
+        for i in range(4):  # c0..c3: four fp32 registers
+            row = g if i < 2 else g + 8
+            C[(row, t * 2 + (i & 1))] = (lane, i)
+    assert len(A) == 256 and len(B) == 128 and len(C) == 128
+
+    fig, ax = canvas(6.6, (0, 38.5), (-5.1, 19.4), "One mma.sync.m16n8k16: which lane holds which element")
+    reg_c = [tint(c, 0.55) for c in WARP_C]
+
+    def grid(x0, rows, cols, cells, name, sub, regname):
+        for (r, c), (lane, reg) in cells.items():
+            ax.add_patch(Rectangle((x0 + c, 16 - r - 1), 1, 1, facecolor=reg_c[reg], edgecolor="white", lw=0.8))
+            ax.text(x0 + c + 0.5, 16 - r - 0.5, str(lane), ha="center", va="center", fontsize=7.2, color=INK)
+        ax.add_patch(Rectangle((x0, 16 - rows), cols, rows, facecolor="none", edgecolor=INK, lw=1.0))
+        ax.text(x0 + cols / 2, 16.9, name, ha="center", va="center", fontsize=11, fontweight="bold")
+        ax.text(x0 + cols / 2, 16.25, sub, ha="center", va="center", fontsize=8.5, color=MUTED)
+        for k in range(4):
+            lx = x0 + (k % 2) * 4 if cols == 8 else x0 + k * 4
+            ly = -1.1 - (k // 2) * 0.9 if cols == 8 else -1.1
+            ax.add_patch(Rectangle((lx, ly), 0.7, 0.7, facecolor=reg_c[k], edgecolor="none"))
+            ax.text(lx + 0.85, ly + 0.35, f"{regname}[{k}]", va="center", fontsize=8.5)
+
+    grid(0.5, 16, 16, A, "A: 16 x 16 (Q, or P)", "row-major, 16-bit; a[k] = 2 halves", "a")
+    # B has only b[0], b[1]: draw its legend by hand.
+    for (r, c), (lane, reg) in B.items():
+        ax.add_patch(Rectangle((18 + c, 16 - r - 1), 1, 1, facecolor=reg_c[reg], edgecolor="white", lw=0.8))
+        ax.text(18 + c + 0.5, 16 - r - 0.5, str(lane), ha="center", va="center", fontsize=7.2)
+    ax.add_patch(Rectangle((18, 0), 8, 16, facecolor="none", edgecolor=INK, lw=1.0))
+    ax.text(22, 16.9, "B: 16 x 8 (K_j^T, or V_j)", ha="center", va="center", fontsize=11, fontweight="bold")
+    ax.text(22, 16.25, "\"col\", 16-bit; b[k] = 2 halves", ha="center", va="center", fontsize=8.5, color=MUTED)
+    for k in range(2):
+        ax.add_patch(Rectangle((18 + k * 4, -1.1), 0.7, 0.7, facecolor=reg_c[k], edgecolor="none"))
+        ax.text(18 + k * 4 + 0.85, -0.75, f"b[{k}]", va="center", fontsize=8.5)
+    grid(27.5, 16, 8, C, "C, D: 16 x 8 (S, or O)", "fp32; c[k] = 1 float", "c")
+    ax.text(17.25, 8, "x", ha="center", va="center", fontsize=16)
+    ax.text(26.75, 8, "=", ha="center", va="center", fontsize=16)
+    # A quad: row 1 of C is lanes 4-7, row 9 the same lanes.
+    for r in (1, 9):
+        ax.add_patch(Rectangle((27.5, 16 - r - 1), 8, 1, facecolor="none", edgecolor=MASK_C, lw=2.2))
+    ax.text(27.5 + 8.3, 16 - 1.5, "row 1\n(g = 1)", va="center", fontsize=8.5, color=MASK_C)
+    ax.text(27.5 + 8.3, 16 - 9.5, "row 9\n(g + 8)", va="center", fontsize=8.5, color=MASK_C)
+
+    notes = [
+        "lane = 4 g + t:  g = lane / 4 picks rows g and g + 8,  t = lane % 4 picks columns 2t, 2t + 1 "
+        "(and 8 + 2t, 8 + 2t + 1 in A).",
+        "v2's row max: a row of S's C fragment sits in one quad (lanes 4g .. 4g + 3, red): each lane takes "
+        "the max of its own values, then",
+        "2 shuffles, __shfl_xor_sync(.., 1) and (.., 2), give all 4 lanes the row max; no shared memory, "
+        "no other warp.",
+        "v2's P: two C fragments side by side (keys 16k .. 16k + 15) are, lane for lane, the A fragment of "
+        "P V_j: pack2() to 16 bits, reuse.",
+    ]
+    for k, t in enumerate(notes):
+        ax.text(0.5, -2.85 - k * 0.6, t, fontsize=9, va="center")
+    save(fig, out, "diagram_mma_fragment.png")
+
+
+# ---- 5. stage 05: v3's double buffer ----------------------------------------------------------
+def v3_double_buffer(out):
+    n_blocks = 3
+    LOAD, COMP, SYNC, QLOAD = 1.0, 1.6, 0.1, 0.5  # schematic
+    H = 0.75  # bar height
+
+    fig, ax = canvas(4.9, (-2.2, 10.4), (-0.2, 9.6), "K/V loads: v2 copies, then computes; v3 copies "
+                     "block j+1 while it computes block j")
+
+    def lane_names(lanes):
+        for name, y in lanes.items():
+            ax.text(-0.15, y + H / 2, name, ha="right", va="center", fontsize=9.5)
+
+    def barrier(t, y0, y1):
+        ax.plot([t, t], [y0, y1], color=MASK_C, lw=1.8)
+
+    # v2: __syncthreads, load K_j and V_j (global -> registers -> shared), __syncthreads, compute.
+    ax.text(-2.1, 8.55, "v2", fontsize=12, fontweight="bold", va="center")
+    ax.text(-1.55, 8.55, "one K and one V buffer: the copy waits for the compute, the compute for the copy",
+            fontsize=9, color=MUTED, va="center")
+    l2 = {"copy": 7.15, "compute": 6.2}
+    lane_names(l2)
+    t = 0.0
+    box(ax, t, l2["copy"], QLOAD, H, fc=tint(Q_C, 0.5), ec="white", text="Q", fs=8.5)
+    box(ax, t, l2["compute"], QLOAD, H, fc=SKIP_C, ec="white")
+    t += QLOAD
+    barrier(t, 6.1, 8.05)
+    t += SYNC
+    for j in range(n_blocks):
+        if j:
+            barrier(t, 6.1, 8.05)  # every warp is done with K_j-1, V_j-1
+            t += SYNC
+        box(ax, t, l2["copy"], LOAD, H, fc=tint(KV_C, 0.45), ec="white", text=f"K{j},V{j}", fs=8.5)
+        box(ax, t, l2["compute"], LOAD, H, fc=SKIP_C, ec="white", text="idle", fs=8, color=MUTED)
+        t += LOAD
+        barrier(t, 6.1, 8.05)  # K_j, V_j complete
+        t += SYNC
+        box(ax, t, l2["compute"], COMP, H, fc=tint(OK_C, 0.4), ec="white", text=f"block {j}", fs=8.5)
+        t += COMP
+    end2 = t
+
+    # v3: cp.async.wait_group 0 + __syncthreads, issue K_j+1, V_j+1 into the other buffer, compute j.
+    ax.text(-2.1, 4.85, "v3", fontsize=12, fontweight="bold", va="center")
+    ax.text(-1.55, 4.85, "two K and two V buffers: block j+1 is copied into one while block j is read "
+            "from the other", fontsize=9, color=MUTED, va="center")
+    l3 = {"cp.async": 3.45, "compute": 2.5}
+    lane_names(l3)
+    t = 0.0
+    box(ax, t, l3["cp.async"], LOAD, H, fc=tint(KV_C, 0.45), ec="white", text="Q,K0,V0", fs=8.5)
+    box(ax, t, l3["compute"], LOAD, H, fc=SKIP_C, ec="white", text="idle", fs=8, color=MUTED)
+    landed, t = LOAD, LOAD
+    for j in range(n_blocks):
+        start = max(t, landed)  # cp.async.wait_group 0: this thread's copies of block j have landed
+        if start > t:
+            box(ax, t, l3["compute"], start - t, H, fc=SKIP_C, ec="white")
+        barrier(start, 2.4, 4.35)  # __syncthreads: everyone's copies, and block j-1 done
+        start += SYNC
+        if j + 1 < n_blocks:
+            box(ax, start, l3["cp.async"], LOAD, H, fc=tint(KV_C, 0.45), ec="white",
+                text=f"K{j + 1},V{j + 1}\n-> buf {(j + 1) % 2}", fs=8)
+            landed = start + LOAD
+        box(ax, start, l3["compute"], COMP, H, fc=tint(OK_C, 0.4), ec="white", text=f"block {j}, buf {j % 2}",
+            fs=8.5)
+        t = start + COMP
+    end3 = t
+    ax.annotate("", xy=(end3, 2.0), xytext=(end2, 2.0), arrowprops=dict(arrowstyle="<->", color=INK, lw=1.0))
+    ax.plot([end2, end2], [1.8, 6.1], color=MUTED, lw=0.8, ls=":")
+    ax.text((end2 + end3) / 2, 1.75, "saved: the copies of blocks\n1 and 2 ran under compute", ha="center",
+            va="top", fontsize=8.5)
+
+    # Legend.
+    ly = 0.75
+    ax.plot([0, 0], [ly - 0.25, ly + 0.25], color=MASK_C, lw=1.8)
+    ax.text(0.15, ly, "__syncthreads: v2, 2 per block; v3, 1 per block (after cp.async.wait_group 0)",
+            va="center", fontsize=8.5)
+    box(ax, 0, ly - 0.85, 0.3, 0.4, fc=tint(OK_C, 0.4), ec="none")
+    ax.text(0.45, ly - 0.65, "block j: S = Q_i K_j^T, softmax, O_i += P V_j.  Lengths schematic, "
+            "not measured.", va="center", fontsize=8.5, color=MUTED)
+    save(fig, out, "diagram_v3_double_buffer.png")
+
+
+# ---- 6. stage 05: v12's producer and consumers ------------------------------------------------
+def simulate_v12(tiles, Tc, d):
+    """An event simulation of v12's synchronisation (v12_warp_specialized.cuh): one producer thread,
+    rings of 2 K, 2 V and 2 Q buffers, mbarriers full[s] (the copy landed) and empty[s] (all 256
+    consumer threads, both warpgroups, arrived), two consumer warpgroups sharing the tensor cores.
+    Durations d are schematic. Each actor is a generator that yields ("at", t) before it changes
+    shared state and ("wait", table, key, t) for a barrier phase; the scheduler always resumes the
+    actor with the earliest time. Returns the intervals to draw: (lane, t0, t1, label, kind)."""
+    full, empty, arrivals = {}, {}, {}
+    intervals = []
+    engine = [0.0]   # the copy engine: copies land one after another
+    tc_free = [0.0]  # the tensor cores: both warpgroups' wgmma run one after another
+
+    def producer():
+        t, n = 0.0, 0
+        for step in range(tiles + 1):
+            if step >= 2:  # empty_q: the tile two before has written its O
+                t0 = t
+                t = yield ("wait", empty, ("q", step - 2), t)
+                if t > t0:
+                    intervals.append(("producer", t0, t, "", "wait"))
+            t = yield ("at", t)
+            if step == tiles:  # no more tiles: arrive on full_q, the consumers stop
+                full[("q", step)] = t
+                return
+            copies = [("q", step, f"Q{step}")]
+            for j in range(Tc):
+                copies += [("k", n + j, f"K{j}"), ("v", n + j, f"V{j}")]
+            for ring, use, label in copies:
+                if ring != "q" and use >= 2:  # empty_k / empty_v of the buffer's previous use
+                    t0 = t
+                    t = yield ("wait", empty, (ring, use - 2), t)
+                    if t > t0:
+                        intervals.append(("producer", t0, t, "", "wait"))
+                t = yield ("at", t)
+                if step % 2:
+                    label += "\u2032"  # tile 1's blocks are primed
+                intervals.append(("producer", t, t + d["issue"], label, "issue"))
+                t += d["issue"]
+                land = max(t, engine[0]) + d["copy_" + ring]
+                engine[0] = land
+                intervals.append((f"{ring.upper()} buf {use % 2}", t, land, label, "fill"))
+                full[(ring, use)] = land
+            n += Tc
+
+    def consumer(w):
+        t, n0 = 0.0, 0
+        sm_lane, tc_lane = f"WG{w + 1} softmax", f"WG{w + 1} tensor cores"
+
+        def mma(t, dur, label):
+            start = max(t, tc_free[0])
+            tc_free[0] = start + dur
+            intervals.append((tc_lane, start, start + dur, label, "mma"))
+            return start + dur
+
+        def release(ring, n, t):
+            arrivals.setdefault((ring, n), []).append(t)
+            if len(arrivals[(ring, n)]) == 2:
+                empty[(ring, n)] = max(arrivals[(ring, n)])
+
+        for step in range(tiles + 1):
+            t = yield ("wait", full, ("q", step), t)
+            if step == tiles:
+                return
+            p = "\u2032" if step % 2 else ""
+            t = yield ("wait", full, ("k", n0), t)  # block 0: S_0 alone
+            t = yield ("at", t)
+            t = mma(t, d["s"], f"S0{p}")
+            t = yield ("at", t)
+            release("k", n0, t)
+            intervals.append((sm_lane, t, t + d["softmax"], f"softmax 0{p}", "softmax"))
+            t += d["softmax"]
+            for j in range(1, Tc):
+                t = yield ("wait", full, ("k", n0 + j), t)
+                t = yield ("wait", full, ("v", n0 + j - 1), t)
+                t = yield ("at", t)
+                s_end = mma(t, d["s"], f"S{j}{p}")
+                pv_end = mma(s_end, d["pv"], f"PV{j - 1}{p}")
+                t = yield ("at", s_end)  # wgmma_wait<1>: S_j done, K_j read
+                release("k", n0 + j, t)
+                intervals.append((sm_lane, t, t + d["softmax"], f"softmax {j}{p}", "softmax"))
+                t = yield ("at", max(t + d["softmax"], pv_end))  # wgmma_wait<0>: V_{j-1} read
+                release("v", n0 + j - 1, t)
+            t = yield ("wait", full, ("v", n0 + Tc - 1), t)
+            t = yield ("at", t)
+            t = mma(t, d["pv"], f"PV{Tc - 1}{p}")
+            t = yield ("at", t)
+            release("v", n0 + Tc - 1, t)
+            intervals.append((sm_lane, t, t + d["write"], f"write O{p}", "write"))
+            t += d["write"]
+            t = yield ("at", t)
+            release("q", step, t)
+            n0 += Tc
+
+    pending = {}
+    for a in (producer(), consumer(0), consumer(1)):
+        pending[a] = next(a)
+    while pending:
+        best, best_t = None, None
+        for a, req in pending.items():
+            if req[0] == "at":
+                te = req[1]
+            elif req[2] in req[1]:
+                te = max(req[3], req[1][req[2]])
+            else:
+                continue
+            if best is None or te < best_t:
+                best, best_t = a, te
+        if best is None:
+            raise RuntimeError("v12 simulation deadlocked")
+        try:
+            pending[best] = best.send(best_t)
+        except StopIteration:
+            del pending[best]
+    # A K or V buffer is held from its landing until empty[s] completes.
+    for (ring, n), t_empty in empty.items():
+        if ring in "kv":
+            intervals.append((f"{ring.upper()} buf {n % 2}", full[(ring, n)], t_empty, "", "held"))
+        else:
+            intervals.append((f"Q buf {n % 2}", full[(ring, n)], t_empty, "", "held"))
+    return intervals
+
+
+def v12_producer_consumer(out):
+    Tc = 3  # key blocks per tile, two tiles
+    dur = dict(issue=0.12, copy_q=0.9, copy_k=0.7, copy_v=0.7, s=0.55, pv=0.55, softmax=0.75, write=0.6)
+    iv = simulate_v12(2, Tc, dur)
+    lanes = ["producer", "Q buf 0", "Q buf 1", "K buf 0", "K buf 1", "V buf 0", "V buf 1",
+             "WG1 tensor cores", "WG1 softmax", "WG2 tensor cores", "WG2 softmax"]
+    names = {"producer": "producer (1 thread)", "WG1 tensor cores": "WG1: wgmma",
+             "WG1 softmax": "WG1: softmax, O", "WG2 tensor cores": "WG2: wgmma",
+             "WG2 softmax": "WG2: softmax, O"}
+    t_end = max(t1 for _, _, t1, _, _ in iv)
+    left = -0.2 * t_end
+    fig, ax = canvas(6.8, (left, t_end + 0.2), (-3.0, len(lanes) + 1.3),
+                     "v12: a TMA producer thread, rings of 2 buffers, two consumer warpgroups")
+    ys = {name: len(lanes) - 1 - k for k, name in enumerate(lanes)}
+    for name, y in ys.items():
+        ax.text(-0.1, y + 0.4, names.get(name, name), ha="right", va="center", fontsize=9)
+        if name in ("Q buf 0", "WG1 tensor cores"):
+            ax.plot([left, t_end + 0.2], [y + 0.95, y + 0.95], color=SKIP_C, lw=1)
+    style = {"issue": tint(KV_C, 0.2), "wait": SKIP_C, "fill": tint(KV_C, 0.15), "held": tint(KV_C, 0.55),
+             "mma": tint(OK_C, 0.35), "softmax": tint(Q_C, 0.55), "write": tint(Q_C, 0.2)}
+    for lane, t0, t1, label, kind in iv:
+        y, h = ys[lane], 0.8
+        if lane.startswith("Q") and kind == "held":
+            fc = tint(EXTRA_C, 0.55)
+        elif lane.startswith("Q") and kind == "fill":
+            fc = tint(EXTRA_C, 0.3)
+        else:
+            fc = style[kind]
+        ax.add_patch(Rectangle((t0, y), t1 - t0, h, facecolor=fc, edgecolor="white", lw=0.8,
+                               hatch="////" if kind == "fill" else None))
+        if label and t1 - t0 > 0.25:
+            ax.text((t0 + t1) / 2, y + h / 2, label, ha="center", va="center", fontsize=7.5, color=INK,
+                    bbox=dict(facecolor="white", edgecolor="none", pad=0.8) if kind == "fill" else None)
+    leg = [(tint(KV_C, 0.15), "////", "TMA copy in flight; its landing completes full[s]"),
+           (tint(KV_C, 0.55), None, "K/V buffer full, in use until empty[s] (256 consumer threads)"),
+           (SKIP_C, None, "producer waits on empty[s]: the buffer's use 2 before released"),
+           (tint(EXTRA_C, 0.55), None, "Q buffer in use until the tile's O is written"),
+           (tint(OK_C, 0.35), None, "wgmma: S_j issued together with PV of block j-1"),
+           (tint(Q_C, 0.55), None, "softmax of S_j, beside the other group's wgmma (dark: O)")]
+    for k, (fc, hatch, text) in enumerate(leg):
+        x = left + 0.1 + (k % 2) * (t_end - left) / 2
+        y = -0.75 - (k // 2) * 0.55
+        ax.add_patch(Rectangle((x, y - 0.18), 0.35, 0.36, facecolor=fc, edgecolor="white", hatch=hatch))
+        ax.text(x + 0.5, y, text, va="center", fontsize=8.5)
+    ax.text(left + 0.1, -2.6, "Primed labels: the next tile, copied while this one ends (the producer runs ahead "
+            "by whole buffers). Durations schematic;\norder and waits as in the code: ring depth 2 for K, V and Q; "
+            "both warpgroups compute the same tile (64 rows each) from the same buffers.",
+            fontsize=8.5, color=MUTED, va="center")
+    save(fig, out, "diagram_v12_producer_consumer.png")
+
+
+# ---- 7. stage 06: the backward's K/V-outer loop -----------------------------------------------
+def backward_loop(out):
+    Tr, Tc = 5, 5
+    fig, ax = canvas(6.0, (0, 18), (1.4, 13.2), "Backward: K/V blocks outside, Q blocks inside; "
+                     "dQ_i collects a share from every j")
+    cs = 1.0
+    gx, gy = 1.4, 4.2
+    top = gy + Tr * cs
+    jj, ii = 2, 3
+    for i in range(Tr):
+        for j in range(Tc):
+            fc = tint(KV_C, 0.6) if j == jj else "#f0f0f0"
+            if j == jj and i == ii:
+                fc = tint(KV_C, 0.15)
+            box(ax, gx + j * cs, top - (i + 1) * cs, cs, cs, fc=fc, ec="white", lw=1.5)
+    for k in range(Tr):
+        ax.text(gx - 0.12, top - (k + 0.5) * cs, f"i={k}", ha="right", va="center", fontsize=8.5, color=Q_C)
+    for k in range(Tc):
+        ax.text(gx + (k + 0.5) * cs, top + 0.12, f"j={k}", ha="center", va="bottom", fontsize=8.5, color=KV_C)
+    ax.text(gx + Tc * cs / 2, top + 0.65, "K/V blocks j: one task each", ha="center", fontsize=10, color=KV_C)
+    ax.text(gx - 0.95, top - Tr * cs / 2, "Q blocks i: the inner loop", rotation=90, ha="center",
+            va="center", fontsize=10, color=Q_C)
+    xcol = gx + (jj + 0.5) * cs
+    arrow(ax, xcol, top - 0.15, xcol, gy + 0.15, color=INK, lw=1.6)
+    box(ax, gx + jj * cs - 0.3, gy - 1.2, cs + 0.6, 0.75, fc=tint(KV_C, 0.4), ec=KV_C, text="dK_j, dV_j", fs=8.5)
+    ax.text(xcol, gy - 1.35, "on chip for the whole column,\nwritten to HBM once", ha="center", va="top",
+            fontsize=8.5)
+    # Row i: every j adds into dQ_i.
+    ydq = top - (ii + 1) * cs
+    ax.add_patch(Rectangle((gx, ydq), Tc * cs, cs, facecolor="none", edgecolor=Q_C, lw=2.0))
+    box(ax, gx + Tc * cs + 0.55, ydq + 0.1, 1.2, 0.8, fc=tint(Q_C, 0.4), ec=Q_C, text="dQ_i", fs=9)
+    arrow(ax, gx + Tc * cs + 0.05, ydq + 0.5, gx + Tc * cs + 0.55, ydq + 0.5, color=Q_C, lw=1.4)
+    ax.text(gx + Tc * cs + 1.15, ydq - 0.1, "+= dS K_j\nfrom every j", ha="center", va="top", fontsize=8.5,
+            color=Q_C)
+
+    # One step (j, i), in the order the code runs it.
+    sx, sy = 9.0, 11.9
+    ax.text(sx, sy, "one step (j, i), the dark cell (FA2, Algorithm 2):", fontsize=10.5, fontweight="bold",
+            va="center")
+    steps = [
+        ("S = scale Q_i K_j^T", "recomputed"),
+        ("P = exp(S - LSE_i)", "no running max: LSE from the forward"),
+        ("dV_j += P^T dO_i", "stays on chip"),
+        ("dP = dO_i V_j^T", ""),
+        ("dS = P * (dP - D_i)", "D_i = rowsum(dO_i * O_i), precomputed"),
+        ("dK_j += dS^T Q_i", "stays on chip (scale at the write)"),
+        ("dQ_i += dS K_j", "summed across j: see below"),
+    ]
+    for k, (f, note) in enumerate(steps):
+        y = sy - 0.65 - k * 0.52
+        c = Q_C if "dQ" in f else (KV_C if ("dV" in f or "dK" in f) else INK)
+        ax.text(sx + 0.1, y, f"{k + 1}  {f}", fontsize=9.5, va="center", color=c, family="DejaVu Sans Mono")
+        ax.text(sx + 4.0, y, note, fontsize=8.5, va="center", color=MUTED)
+
+    # How dQ's sum is done, GPU and CPU.
+    def panel(y_top, title, lines, fc, ec):
+        h = 0.55 + 0.42 * len(lines)
+        box(ax, sx, y_top - h, 8.7, h, fc=fc, ec=ec)
+        ax.text(sx + 0.15, y_top - 0.3, title, fontsize=9.5, fontweight="bold", va="center")
+        for k, t in enumerate(lines):
+            ax.text(sx + 0.15, y_top - 0.75 - 0.42 * k, t, fontsize=8.5, va="center")
+        return y_top - h
+
+    y = panel(7.6, "GPU, bwd_v2_mma.cuh: one pass, dQ by atomics", [
+        "a thread block per j walks every i; step 7 adds dS K_j into an",
+        "fp32 dQacc in HBM with atomicAdd: the order of the additions",
+        "varies run to run; the _det variant takes turns j = 0, 1, ...",
+    ], tint(Q_C, 0.9), Q_C)
+    panel(y - 0.25, "CPU, backward_tiled.hpp: two passes, no atomics", [
+        "pass 1, a task per j: steps 1-6 for every i -> dK_j, dV_j",
+        "pass 2, a task per i: S and dP recomputed, dQ_i += dS K_j in",
+        "fixed j order: 7 block products instead of 5, bit-identical",
+    ], "#f4f4f4", MUTED)
+    ax.text(0.5, 1.8, "Drawn without a mask. Causal: a column j starts at the first Q block that sees its "
+            "keys; the blocks above the diagonal are skipped.", fontsize=8.5, color=MUTED, va="center")
+    save(fig, out, "diagram_backward_loop.png")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "img"))
+    args = ap.parse_args()
+    out = os.path.normpath(args.out)
+    os.makedirs(out, exist_ok=True)
+    online_softmax_merge(out)
+    block_grid_causal(out)
+    v1_vs_v2(out)
+    mma_fragment(out)
+    v3_double_buffer(out)
+    v12_producer_consumer(out)
+    backward_loop(out)
+
+
+if __name__ == "__main__":
+    main()
