@@ -622,9 +622,9 @@ def v12_producer_consumer(out):
         y = -0.75 - (k // 2) * 0.55
         ax.add_patch(Rectangle((x, y - 0.18), 0.35, 0.36, facecolor=fc, edgecolor="white", hatch=hatch))
         ax.text(x + 0.5, y, text, va="center", fontsize=8.5)
-    ax.text(left + 0.1, -2.6, "Primed labels: the next tile, copied while this one ends (the producer runs ahead "
-            "by whole buffers). Durations schematic;\norder and waits as in the code: ring depth 2 for K, V and Q; "
-            "both warpgroups compute the same tile (64 rows each) from the same buffers.",
+    ax.text(left + 0.1, -2.6, "Primed labels: the next tile, copied while this one ends: the producer runs ahead by "
+            "whole buffers. Ring depth 2 for K, V, Q.\nBoth warpgroups compute one tile (64 of its Br = 128 rows "
+            "each, Bc = 128 at d = 128). Durations schematic; order and waits as in the code.",
             fontsize=8.5, color=MUTED, va="center")
     save(fig, out, "diagram_v12_producer_consumer.png")
 
