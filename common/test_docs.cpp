@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cctype>
 #include <filesystem>
 #include <fstream>
@@ -286,7 +287,7 @@ TEST_CASE("docs: every CMake preset can be configured, built and tested by its n
   CHECK(names("testPresets") == configure);
 }
 
-// docs/interview.md answers with numbers this repository measured. Each numbered answer must
+// docs/interview.md answers with numbers this repository measured, each in at most 12 lines. Each numbered answer must
 // link at least one file (the README, doc or source that shows it), and every decimal number in
 // its prose (2.96e-6, 0.90, 1.4 ...) must appear, as written, in one of the files it links, and
 // every function it names as `name()` must appear there as `name(`: an answer cannot quote a number
@@ -324,6 +325,12 @@ TEST_CASE("docs: every interview answer's numbers and functions are in the files
       sources += std::string(std::istreambuf_iterator<char>(f), {}) + "\n";
     }
     CHECK_MESSAGE(!sources.empty(), "the answer links no file that shows it");
+    // An answer is said in an interview: at most 12 lines, the question's line included.
+    std::string body = text;
+    while (!body.empty() && (body.back() == '\n' || body.back() == ' ')) body.pop_back();
+    const auto answer_lines = std::count(body.begin(), body.end(), '\n') + 1;
+    INFO("answer lines: " << answer_lines);
+    CHECK(answer_lines <= 12);
     // The prose without link targets (a path's digits are not claims).
     const std::string prose = std::regex_replace(text, std::regex(R"(\]\([^)]*\))"), "]");
     for (auto m = std::sregex_iterator(prose.begin(), prose.end(), decimal); m != std::sregex_iterator(); ++m) {
@@ -342,4 +349,121 @@ TEST_CASE("docs: every interview answer's numbers and functions are in the files
   }
   CHECK(numbered >= 25);  // issue 14: at least 25 questions
   CHECK(numbers >= 40);
+}
+
+// ---- The lessons' shape (issue: the course text) --------------------------------------------
+// A stage README is a lesson a learner reads in one sitting; the run history lives in its lab
+// notebook (docs/lab/). The budgets keep it that way: the top README at most 150 lines, a stage
+// README at most 250, stage 05 (twelve kernel versions) at most 450.
+TEST_CASE("docs: every README stays within its line budget") {
+  const fs::path root = FA_SOURCE_DIR;
+  const std::regex stage_dir(R"(^\d\d_\w+$)");
+  int stages = 0;
+  CHECK(lines_of(root / "README.md").size() <= 150);
+  for (const auto& e : fs::directory_iterator(root)) {
+    const std::string name = e.path().filename().string();
+    if (!e.is_directory() || !std::regex_match(name, stage_dir) || !fs::exists(e.path() / "README.md")) continue;
+    const size_t budget = name == "05_cuda_tiled" ? 450 : 250;
+    INFO(name << "/README.md: " << lines_of(e.path() / "README.md").size() << " lines, budget " << budget);
+    CHECK(lines_of(e.path() / "README.md").size() <= budget);
+    CHECK(fs::exists(root / "docs" / "lab" / (name + ".md")));  // and its lab notebook exists
+    ++stages;
+  }
+  CHECK(stages >= 6);
+}
+
+// Every glossary term a lesson uses is defined there in bold (`**warp**`) or linked to its entry
+// in docs/glossary.md (`glossary.md#warp`), at least once per lesson. The terms are the glossary's
+// `### ` headings ("Br, Bc" is two terms); a term written in lower case matches any case, one with
+// capitals matches exactly; plurals count; code (fenced or inline) and link targets do not.
+namespace {
+
+struct Term {
+  std::string word, anchor;
+};
+
+std::vector<Term> glossary_terms(const fs::path& glossary) {
+  std::vector<Term> out;
+  bool code = false;
+  for (const std::string& line : lines_of(glossary)) {
+    if (line.rfind("```", 0) == 0) code = !code;
+    if (code || line.rfind("### ", 0) != 0) continue;
+    const std::string heading = line.substr(4);
+    std::stringstream ss(heading);
+    for (std::string w; std::getline(ss, w, ',');) {
+      w.erase(0, w.find_first_not_of(' '));
+      w.erase(w.find_last_not_of(' ') + 1);
+      if (!w.empty()) out.push_back({w, slug(heading)});
+    }
+  }
+  return out;
+}
+
+// The prose of a lesson: fenced code, inline code and link targets removed.
+std::string prose_of(const fs::path& md) {
+  std::string out;
+  bool code = false;
+  for (const std::string& line : lines_of(md)) {
+    if (line.rfind("```", 0) == 0) code = !code;
+    if (code) continue;
+    out += std::regex_replace(without_code_spans(line), std::regex(R"(\]\([^)]*\))"), "]") + "\n";
+  }
+  return out;
+}
+
+bool uses(const std::string& prose, const std::string& word) {
+  std::string pattern;
+  for (char c : word) {  // the word, regex-escaped
+    if (std::string(".^$|()[]{}*+?\\/").find(c) != std::string::npos) pattern += '\\';
+    pattern += c;
+  }
+  const bool lower = std::none_of(word.begin(), word.end(), [](unsigned char c) { return std::isupper(c); });
+  const auto flags = lower ? std::regex::ECMAScript | std::regex::icase : std::regex::ECMAScript;
+  return std::regex_search(prose, std::regex("(^|[^\\w.])" + pattern + "(s|es)?(?![\\w])", flags));
+}
+
+}  // namespace
+
+TEST_CASE("docs: the glossary's term matching") {
+  CHECK(uses("each warp owns 16 rows", "warp"));
+  CHECK(uses("Warps share", "warp"));
+  CHECK_FALSE(uses("a warpgroup of four", "warp"));
+  CHECK(uses("the SMs of the H200", "SM"));
+  CHECK_FALSE(uses("an sm_90a build", "SM"));
+  CHECK(uses("issued by mma.sync here", "mma.sync"));
+  CHECK_FALSE(uses("mma_sync", "mma.sync"));
+}
+
+TEST_CASE("docs: every glossary term a lesson uses is defined in place or linked to the glossary") {
+  const fs::path root = FA_SOURCE_DIR;
+  const fs::path glossary = root / "docs" / "glossary.md";
+  REQUIRE(fs::exists(glossary));
+  const std::vector<Term> terms = glossary_terms(glossary);
+  REQUIRE(terms.size() >= 30);
+  std::vector<fs::path> lessons;
+  for (const auto& e : fs::directory_iterator(root))
+    if (e.is_directory() && std::regex_match(e.path().filename().string(), std::regex(R"(^\d\d_\w+$)")) &&
+        fs::exists(e.path() / "README.md"))
+      lessons.push_back(e.path() / "README.md");
+  for (const char* doc : {"cuda_primer.md", "pytorch.md"})
+    if (fs::exists(root / "docs" / doc)) lessons.push_back(root / "docs" / doc);
+  REQUIRE(lessons.size() >= 7);
+  const std::set<std::string> ids = anchors(glossary);
+  for (const Term& t : terms) CHECK(ids.count(t.anchor) == 1);
+  int64_t checked = 0;
+  for (const fs::path& md : lessons) {
+    std::ifstream f(md);
+    const std::string raw(std::istreambuf_iterator<char>(f), {});
+    const std::string prose = prose_of(md);
+    for (const Term& t : terms) {
+      if (!uses(prose, t.word)) continue;
+      INFO(fs::relative(md, root).string() << " uses '" << t.word << "': link glossary.md#" << t.anchor
+                                           << " once, or define it in bold (**" << t.word << "**)");
+      const bool linked = raw.find("glossary.md#" + t.anchor + ")") != std::string::npos;
+      const bool defined = raw.find("**" + t.word + "**") != std::string::npos;
+      CHECK((linked || defined));
+      ++checked;
+    }
+  }
+  CHECK(checked >= 50);
 }
