@@ -1,11 +1,21 @@
 // The bug zoo (docs/bug_zoo.md): classic FlashAttention bugs, each injectable at the one place
-// it would live, to show that the course's tests catch it. A normal build injects nothing.
+// it would live, to show that the course's tests catch it. The correct code is written as it
+// would be without the zoo; each bug is a named hook on its own line beside it, marked by a
+// trailing `// zoo: <the bug>` comment, that compiles to nothing in a normal build:
 //
-//   const T alpha = exp_minus(st.m, FA_BUG(RESCALE_BY_NEW_KEY, m_new, s));
+//   m[r] = neg_inf, l[r] = 0.f;
+//   FA_ZOO(FINITE_NEG_INF_INIT, m[r] = -1e4f);  // zoo: the running max starts finite
 //
-// reads `m_new` (right) unless the build was made with -DFA_BUG_ID=RESCALE_BY_NEW_KEY, which
-// makes it `s` (wrong). The zoo builds (CMake option FA_BUG_ZOO, ctest label `zoo`) compile a
-// stage's tests once per bug and pass only if those tests FAIL.
+//   FA_ZOO(NAME, code);        in the build made with -DFA_BUG_ID=NAME, `code` runs here. Right
+//                              after the correct line it overwrites what that line did; right
+//                              before it, it acts first (a `return` or `continue`, or an input
+//                              changed before it is read).
+//   FA_ZOO_INSTEAD(NAME, code) in NAME's build, `code` runs instead of the statement on the next
+//                              line (note: no semicolon). Only where that statement's effect
+//                              cannot be undone after it: a barrier, a wait.
+//
+// The zoo builds (CMake option FA_BUG_ZOO, ctest label `zoo`) compile a stage's tests once per
+// bug and pass only if those tests FAIL.
 #pragma once
 
 namespace fa::zoo {
@@ -40,5 +50,9 @@ inline constexpr Bug kBug = FA_BUG_ID;
 
 }  // namespace fa::zoo
 
-// `right`, or `wrong` when this build injects bug `name` (a fa::zoo::Bug).
-#define FA_BUG(name, right, wrong) (::fa::zoo::kBug == ::fa::zoo::name ? (wrong) : (right))
+// `if constexpr` on a constant: in every other build the hook's code is discarded at compile
+// time (never instantiated in a template), so the normal build's code is exactly the correct code.
+#define FA_ZOO(name, ...) \
+  if constexpr (::fa::zoo::kBug == ::fa::zoo::name) { __VA_ARGS__; } else static_cast<void>(0)
+#define FA_ZOO_INSTEAD(name, ...) \
+  if constexpr (::fa::zoo::kBug == ::fa::zoo::name) { __VA_ARGS__; } else

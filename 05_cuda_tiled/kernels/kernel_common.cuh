@@ -9,7 +9,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "bug_zoo.hpp"  // FA_BUG: the GPU entries of the bug zoo (docs/bug_zoo.md)
+#include "bug_zoo.hpp"  // FA_ZOO: the GPU entries of the bug zoo (docs/bug_zoo.md)
 
 namespace fa05 {
 

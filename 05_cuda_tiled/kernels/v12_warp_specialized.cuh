@@ -260,9 +260,9 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
 
       if (Tc > 0) {
         {  // block 0, as in v11
-          // (Q_i is in: its "full" came first.) The zoo: the parity of the buffer's previous use,
-          // a phase that has completed, so the wait returns before K_0 has landed.
-          ready(full_k, FA_BUG(MBAR_WRONG_PARITY, n0, n0 + 2));
+          // (Q_i is in: its "full" came first.)
+          FA_ZOO_INSTEAD(MBAR_WRONG_PARITY, ready(full_k, n0 + 2))  // zoo: waits at the previous use's parity
+          ready(full_k, n0);
           uint32_t q[D / 16][4];
           float s[Bc / 8][4] = {};
           load_q(q);

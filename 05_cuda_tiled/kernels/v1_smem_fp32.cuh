@@ -74,7 +74,8 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
 
   // Load Q_i into SRAM once; O_i = 0, l_i = 0, m_i = -inf on chip (lines 4, 5). Rows r0 .. r0+br-1
   // of this (b, h) are contiguous, so consecutive threads read consecutive elements (coalesced).
-  const T* q = Q + FA_BUG(OFFSET_32BIT, p.q_offset(b, h, r0), int32_t(p.q_offset(b, h, r0)));
+  const T* q = Q + p.q_offset(b, h, r0);
+  FA_ZOO(OFFSET_32BIT, q = Q + int32_t(p.q_offset(b, h, r0)));  // zoo: the offset in 32 bits
   for (int e = tid; e < br * d; e += kThreads) {
     Qi[e] = load(q[e]);
     Oi[e] = 0.f;
@@ -89,8 +90,8 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
     // keys_needed, and the last block at N_k (keys_needed <= N_k), so nothing is read past
     // the end of K or V.
     const int bn = int(min(int64_t(Bc), keys_needed - c0));
-    if (FA_BUG(MISSING_SYNC, true, false))
-      __syncthreads();  // every thread is done with the previous K_j, V_j, S before we overwrite them
+    FA_ZOO_INSTEAD(MISSING_SYNC, /* no barrier */)  // zoo: the barrier below left out
+    __syncthreads();  // every thread is done with the previous K_j, V_j, S before we overwrite them
 
     // Load K_j, V_j from HBM into SRAM (line 7). bn rows of d elements, contiguous in HBM.
     const T* k = K + p.kv_offset(b, h, c0);

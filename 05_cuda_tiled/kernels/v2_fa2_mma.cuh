@@ -112,13 +112,14 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
 
     // Scale; mask only the blocks that need it (the last, ragged one past N_k, and those the
     // causal diagonal crosses): -inf, which exp() turns into exactly 0.
-    const bool mask = FA_BUG(RAGGED_NO_MASK, c0 + Bc > p.N_k, false) || (p.causal && c0 + Bc > p.keys_seen(r0));
+    bool mask = c0 + Bc > p.N_k || (p.causal && c0 + Bc > p.keys_seen(r0));
+    FA_ZOO(RAGGED_NO_MASK, mask = p.causal && c0 + Bc > p.keys_seen(r0));  // zoo: keys past N_k unmasked
     for (int n = 0; n < Bc / 8; ++n)
       for (int e = 0; e < 4; ++e) {
         s[n][e] *= scale;
         if (mask) {
           const int64_t i = r0 + warp * 16 + g + e / 2 * 8, j = c0 + n * 8 + 2 * t4 + e % 2;
-          if (FA_BUG(RAGGED_NO_MASK, j >= p.N_k, false) || !p.visible(i, j)) s[n][e] = neg_inf;
+          if (j >= p.N_k || !p.visible(i, j)) s[n][e] = neg_inf;
         }
       }
 
@@ -141,7 +142,7 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
       // written a * b + c, depending on the code around it, and so differ between kernels that do
       // the same arithmetic (v9's bit-identity test against v7 caught that in LSE).
       l[r] = fmaf(alpha, l[r], rowsum);
-      if (FA_BUG(FP16_ROWSUM, false, true)) l[r] = __half2float(__float2half(l[r]));  // l kept in fp16
+      FA_ZOO(FP16_ROWSUM, l[r] = __half2float(__float2half(l[r])));  // zoo: l kept in fp16
       m[r] = m_new;
       for (int n = 0; n < D / 8; ++n) o[n][2 * r] *= alpha, o[n][2 * r + 1] *= alpha;  // line 10, first half
     }
@@ -160,9 +161,7 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
         ptx::mma_m16n8k16<T>(o[n + 1], a, vf[2], vf[3]);
       }
     }
-    if (FA_BUG(FP16_O_ACCUM, false, true))  // the zoo: the unnormalised O kept in fp16
-      for (int n = 0; n < D / 8; ++n)
-        for (int e = 0; e < 4; ++e) o[n][e] = __half2float(__float2half(o[n][e]));
+    FA_ZOO(FP16_O_ACCUM, for (auto& on : o) for (float& x : on) x = __half2float(__float2half(x)));  // zoo: O in fp16
   }
 
   // Write O_i = O_i / l and LSE = m + log(l) (lines 12-15). The row sum: add the quad's shares.
