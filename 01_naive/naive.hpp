@@ -53,7 +53,7 @@ void attention_probs(const fa::AttnProblem& p, const T* Q, const T* K, T* S, T* 
         }
         // Step 2: the textbook softmax P_ij = exp(S_ij) / l_i with l_i = sum_j exp(S_ij).
         // exp(S_ij) overflows to inf once S_ij > ~88.7 in float32: then l_i = inf and P = NaN.
-        // exercise softmax_row: pr[j] = exp(s[j]) / l, l = sum over j of exp(s[j]) (no max subtracted: Vaswani et al. 2017, eq. 1); LSE[p.lse_offset(b, h, i)] = log(l); a row with p.keys_seen(i) == 0 gets pr = 0 and LSE = -inf, never 0 / 0
+        // exercise softmax_row begins
         T l = 0;
         for (int64_t j = 0; j < p.N_k; ++j) {
           pr[j] = std::exp(s[j]);
@@ -66,7 +66,7 @@ void attention_probs(const fa::AttnProblem& p, const T* Q, const T* K, T* S, T* 
         }
         for (int64_t j = 0; j < p.N_k; ++j) pr[j] /= l;
         LSE[p.lse_offset(b, h, i)] = std::log(l);
-        // exercise end
+        // exercise softmax_row ends
       }
     }
 }
@@ -84,13 +84,13 @@ void forward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, T* O,
       for (int64_t i = 0; i < p.N_q; ++i) {
         const T* pr = P.data() + ((b * p.H + h) * p.N_q + i) * p.N_k;
         T* o = O + p.q_offset(b, h, i);
-        // exercise pv: o[c] = sum over keys j of pr[j] * V[j][c], c < d, with V's row j of head h at V + p.kv_offset(b, h, j) (the GQA mapping is inside kv_offset)
+        // exercise pv begins
         for (int64_t c = 0; c < p.d; ++c) o[c] = 0;
         for (int64_t j = 0; j < p.N_k; ++j) {
           const T* v = V + p.kv_offset(b, h, j);
           for (int64_t c = 0; c < p.d; ++c) o[c] += pr[j] * v[c];
         }
-        // exercise end
+        // exercise pv ends
       }
 }
 

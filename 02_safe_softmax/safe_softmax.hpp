@@ -79,7 +79,7 @@ void attention_probs(const fa::AttnProblem& p, const T* Q, const T* K, T* S, T* 
           for (int64_t c = 0; c < p.d; ++c) dot += q[c] * k[c];
           s[j] = scale * dot;
         }
-        // exercise safe_row: from row s (N_k scores, -inf where hidden) write P_ij = exp(S_ij - m_i) / l_i with m_i the row max, l_i = sum_j exp(S_ij - m_i), LSE_i = m_i + log(l_i); a row that sees no key: P = 0, LSE = -inf
+        // exercise safe_row begins
         // Step 2, pass 1 (reads S): the row max m_i = max_j S_ij (Milakov & Gimelshein eq. (2)).
         T m = neg_inf;
         for (int64_t j = 0; j < p.N_k; ++j) m = std::max(m, s[j]);
@@ -100,7 +100,7 @@ void attention_probs(const fa::AttnProblem& p, const T* Q, const T* K, T* S, T* 
         // exp(S_ij) / sum_j exp(S_ij).
         for (int64_t j = 0; j < p.N_k; ++j) pr[j] /= l;
         LSE[p.lse_offset(b, h, i)] = m + std::log(l);
-        // exercise end
+        // exercise safe_row ends
       }
     }
 }

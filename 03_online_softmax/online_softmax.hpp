@@ -38,7 +38,8 @@ namespace online_softmax {
 // is -inf itself and must weigh exp(-inf) = 0, so subtract 0 instead of -inf.
 template <class T>
 T exp_minus(T x, T m) {
-  return std::exp(x - (m == -std::numeric_limits<T>::infinity() ? FA_BUG(NAN_ON_MASKED_ROW, T(0), m) : m));
+  FA_ZOO(NAN_ON_MASKED_ROW, return std::exp(x - m));  // zoo: no guard, -inf - -inf = NaN
+  return std::exp(x - (m == -std::numeric_limits<T>::infinity() ? T(0) : m));
 }
 
 // Softmax of one vector, y = softmax(x), n >= 1, at least one x_j finite (Milakov & Gimelshein
@@ -79,14 +80,15 @@ State<T> empty_state(int64_t d) {
 // summed is exp(m_old - m_new): exactly 1 when s does not raise the max.
 template <class T>
 void add_key(State<T>& st, T s, const T* v) {
-  // exercise add_key: fold key (s, v) into st: m_new = max(m, s); l, o *= exp(m - m_new); l += exp(s - m_new); o += exp(s - m_new) v; m = m_new (use exp_minus)
+  // exercise add_key begins
   const T m_new = std::max(st.m, s);
-  const T alpha = exp_minus(st.m, FA_BUG(RESCALE_BY_NEW_KEY, m_new, s));  // rescales the old l and o
+  T alpha = exp_minus(st.m, m_new);        // rescales the old l and o
+  FA_ZOO(RESCALE_BY_NEW_KEY, alpha = exp_minus(st.m, s));  // zoo: rescaled against the new key
   const T beta = exp_minus(s, m_new);      // weight of the new key, P_ij * l
   st.l = st.l * alpha + beta;
   for (size_t c = 0; c < st.o.size(); ++c) st.o[c] = st.o[c] * alpha + beta * v[c];
   st.m = m_new;
-  // exercise end
+  // exercise add_key ends
 }
 
 // The state over A u B from the states over two disjoint key sets A and B (Milakov & Gimelshein
@@ -97,12 +99,12 @@ template <class T>
 State<T> merge(const State<T>& a, const State<T>& b) {
   State<T> r;
   r.o.resize(a.o.size());
-  // exercise merge: the state over both key sets: r.m = max(a.m, b.m); r.l and r.o = a's and b's, each rescaled by exp(its m - r.m), summed
+  // exercise merge begins
   r.m = std::max(a.m, b.m);
   const T alpha = exp_minus(a.m, r.m), beta = exp_minus(b.m, r.m);
   r.l = a.l * alpha + b.l * beta;
   for (size_t c = 0; c < r.o.size(); ++c) r.o[c] = a.o[c] * alpha + b.o[c] * beta;
-  // exercise end
+  // exercise merge ends
   return r;
 }
 

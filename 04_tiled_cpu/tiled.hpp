@@ -131,7 +131,8 @@ void forward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, T* O,
   const int64_t d = p.d, Br = use.Br, Bc = use.Bc;
   const int threads = use.threads;
   const int64_t Tr = (p.N_q + Br - 1) / Br;           // number of query blocks
-  const float scale = FA_BUG(HARDCODED_SCALE, p.resolved_scale(), 1.f / std::sqrt(float(d)));
+  float scale = p.resolved_scale();
+  FA_ZOO(HARDCODED_SCALE, scale = 1.f / std::sqrt(float(d)));  // zoo: 1/sqrt(d), whatever the problem says
   const float neg_inf = -std::numeric_limits<float>::infinity();
   // dpad: d padded to whole vectors ("d padded"; not dP, the gradient of stage 06). ldk, ldo: the
   // row strides of the buffers with Bc and d columns (mk::row_stride: whole vectors, and never a
@@ -139,7 +140,8 @@ void forward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, T* O,
   const int64_t dpad = round_up(d, VW), ldk = row_stride(Bc), ldo = row_stride(d);
   // How many leading keys query row i sees: the bottom-right aligned causal mask of problem.hpp.
   const auto keys_seen = [&p](int64_t i) {
-    return FA_BUG(CAUSAL_TOP_LEFT, p.keys_seen(i), p.causal ? std::min(p.N_k, i + 1) : p.N_k);
+    FA_ZOO(CAUSAL_TOP_LEFT, return p.causal ? std::min(p.N_k, i + 1) : p.N_k);  // zoo: top-left causal
+    return p.keys_seen(i);
   };
 
   // The "SRAM": each thread's block buffers, O(Br d + Bc d + Br Bc) floats, whatever N is.
@@ -176,7 +178,8 @@ void forward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, T* O,
         const T* q = Q + p.q_offset(b, h, r0 + r);
         std::copy(q, q + d, Qi.data() + r * d);
         std::fill(Oi.data() + r * ldo, Oi.data() + r * ldo + dpad, 0.f);
-        m[r] = FA_BUG(FINITE_NEG_INF_INIT, neg_inf, -1e4f), l[r] = 0.f;
+        m[r] = neg_inf, l[r] = 0.f;
+        FA_ZOO(FINITE_NEG_INF_INIT, m[r] = -1e4f);  // zoo: the running max starts finite
       }
       // Causal: the block's last row sees the most keys; key blocks past them are skipped whole.
       const int64_t keys_needed = keys_seen(r0 + br - 1);
@@ -195,7 +198,8 @@ void forward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, T* O,
         // below before anything reads them, so P is exactly 0 there, and gemm_pv reads only the
         // first bn rows of Vj (and columns of P).
         // GQA: query head h reads kv head h / (H / H_kv) (problem.hpp's kv_offset).
-        const int64_t kv = FA_BUG(KV_HEAD_MOD, p.kv_offset(b, h, c0), ((b * p.H_kv + h % p.H_kv) * p.N_k + c0) * d);
+        int64_t kv = p.kv_offset(b, h, c0);
+        FA_ZOO(KV_HEAD_MOD, kv = ((b * p.H_kv + h % p.H_kv) * p.N_k + c0) * d);  // zoo: kv head h % H_kv
         const T* Kj = K + kv;
         const T* Vsrc = V + kv;  // rows c0 .. c0 + bn - 1 are contiguous
         transpose_k(Kj, d, bn, d, Kt.data(), ldk);
@@ -214,12 +218,13 @@ void forward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, T* O,
           const int64_t seen = crosses ? std::clamp<int64_t>(keys_seen(r0 + r) - c0, 0, bn) : bn;
           // Masked keys and the padding past bn: whatever gemm_qk computed there (from stale Kt
           // columns, even NaN) is replaced by -inf, which exp_neg() turns into exactly 0.
-          std::fill(s + seen, s + bcp, FA_BUG(FINITE_MASK, neg_inf, -1e4f));
+          std::fill(s + seen, s + bcp, neg_inf);
+          FA_ZOO(FINITE_MASK, std::fill(s + seen, s + bcp, -1e4f));  // zoo: masked with a finite "-inf"
 
           // Online softmax update of row r (lines 10-11; stage 03's update, Br rows at a time):
           //   m_new = max(m, rowmax(S)),  P = exp(S - m_new),  l = e^(m - m_new) l + rowsum(P)
           //   O_i  <- e^(m - m_new) O_i   (the P V_j term is added below, line 12)
-          // exercise block_update: row r of S (bcp scores in s) into m[r], l[r] and row r of O_i: m_new = max(m, row_max), s = exp(s - m_new) (exp_sub_sum), l and O_i row rescaled by exp(m - m_new); no -inf - -inf
+          // exercise block_update begins
           const float m_new = std::max(m[r], row_max(s, bcp));
           // A row that has seen no key yet keeps m = -inf; subtract 0 instead, so -inf - -inf
           // never makes a NaN (stage 03's exp_minus()).
@@ -228,13 +233,12 @@ void forward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, T* O,
           l[r] = alpha * l[r] + exp_sub_sum(s, bcp, m_use);  // s now holds P (unnormalised)
           if (alpha != 1.f) scale_row(Oi.data() + r * ldo, dpad, alpha);
           m[r] = m_new;
-          // exercise end
+          // exercise block_update ends
         }
         // O_i += P_ij V_j (line 12, without the division: FA2 divides once, at the end).
         gemm_pv(S.data(), ldk, br, bn, Vj.data(), ldo, dpad, Oi.data(), ldo);
-        if (FA_BUG(DIVIDE_BY_L_IN_LOOP, false, true))  // the zoo: O_i normalised here, l never put back
-          for (int64_t r = 0; r < br; ++r)
-            if (l[r] > 0.f) scale_row(Oi.data() + r * ldo, dpad, 1.f / l[r]);
+        FA_ZOO(DIVIDE_BY_L_IN_LOOP, for (int64_t r = 0; r < br; ++r)  // zoo: O_i / l per block, l never put back
+                                      if (l[r] > 0.f) scale_row(Oi.data() + r * ldo, dpad, 1.f / l[r]));
         // SRAM accesses by the arithmetic (scalar model): two operands per multiply-add in both
         // GEMMs, S written, read twice (max, exp) and P written; O_i rescaled (read + write).
         io.sram += 4 * br * bn * d + 4 * br * bn + 2 * br * d;
@@ -250,8 +254,10 @@ void forward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, T* O,
           LSE[p.lse_offset(b, h, r0 + r)] = neg_inf;
           continue;
         }
-        for (int64_t x = 0; x < d; ++x) o[x] = acc[x] / FA_BUG(DIVIDE_BY_L_IN_LOOP, l[r], 1.f);
-        LSE[p.lse_offset(b, h, r0 + r)] = m[r] + FA_BUG(LSE_LOG2, std::log(l[r]), std::log2(l[r]));
+        for (int64_t x = 0; x < d; ++x) o[x] = acc[x] / l[r];
+        FA_ZOO(DIVIDE_BY_L_IN_LOOP, std::copy(acc, acc + d, o));  // zoo: (divided in the loop already)
+        LSE[p.lse_offset(b, h, r0 + r)] = m[r] + std::log(l[r]);
+        FA_ZOO(LSE_LOG2, LSE[p.lse_offset(b, h, r0 + r)] = m[r] + std::log2(l[r]));  // zoo: log base 2
       }
       io.hbm_read += br * d, io.hbm_write += br * d + br;
     }

@@ -64,13 +64,14 @@ inline Blocks default_blocks(int64_t d) {
 
 // D_i = rowsum(dO_i * O_i) for every row (FA2 Alg. 2 line 4): [B,H,N_q], float32.
 inline void row_dots(const fa::AttnProblem& p, const float* O, const float* dO, float* D, int threads) {
+  FA_ZOO(D_FROM_DO_ONLY, O = dO);  // zoo: D = rowsum(dO * dO)
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t r = 0; r < p.lse_elems(); ++r) {
-    // exercise row_dots: D[r] = sum over the d columns of dO * O, row r (both [rows, d], row-major)
+    // exercise row_dots begins
     float s = 0.f;
-    for (int64_t c = 0; c < p.d; ++c) s += dO[r * p.d + c] * FA_BUG(D_FROM_DO_ONLY, O, dO)[r * p.d + c];
+    for (int64_t c = 0; c < p.d; ++c) s += dO[r * p.d + c] * O[r * p.d + c];
     D[r] = s;
-    // exercise end
+    // exercise row_dots ends
   }
 }
 
@@ -92,7 +93,8 @@ void backward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, cons
   const int64_t Brp = round_up(Br, VW), Bcp = round_up(Bc, VW), dpad = round_up(d, VW);
   const int threads = blk.threads > 0 ? blk.threads : omp_get_max_threads();
   // Bottom-right causal, as the forward: query i sees key j iff j <= i + shift.
-  const int64_t shift = FA_BUG(BWD_CAUSAL_TOP_LEFT, p.N_k - p.N_q, int64_t(0));
+  int64_t shift = p.N_k - p.N_q;
+  FA_ZOO(BWD_CAUSAL_TOP_LEFT, shift = 0);  // zoo: top-left causal in the backward only
 
   std::vector<float> D(static_cast<size_t>(p.lse_elems()));  // one float per query row
   row_dots(p, O, dO, D.data(), threads);
@@ -129,8 +131,9 @@ void backward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, cons
     // Causal: queries before i_first see none of these keys; their blocks are skipped whole.
     const int64_t i_first = p.causal ? std::max<int64_t>(0, c0 - shift) : 0;
 
-    for (int64_t h = hk * G; h < FA_BUG(GQA_FIRST_HEAD_ONLY, (hk + 1) * G, hk * G + 1); ++h)  // GQA: heads sharing hk
+    for (int64_t h = hk * G; h < (hk + 1) * G; ++h)  // GQA: heads sharing hk
       for (int64_t r0 = i_first / Br * Br; r0 < p.N_q; r0 += Br) {  // line 8: the query blocks
+        FA_ZOO(GQA_FIRST_HEAD_ONLY, if (h != hk * G) continue);  // zoo: the group's first head only
         const int64_t br = std::min(Br, p.N_q - r0), brp = round_up(br, VW);
         // Load Q_i, dO_i (rows, and transposed), LSE_i and D_i (line 9).
         for (int64_t r = 0; r < br; ++r) {
@@ -161,13 +164,13 @@ void backward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, cons
         gemm_pv(St.data(), Brp, bc, br, dOi.data(), dpad, dpad, dVj.data(), dpad);
         // dP_ij^T = V_j dO_i^T (line 13), then dS_ij^T = P_ij^T * (dP_ij^T - D_i) (line 14).
         gemm_qk(Vj.data(), bc, d, dOt.data(), Brp, brp, 1.f, dSt.data(), Brp);
-        // exercise ds_t: dSt (bc rows of Brp, now dP^T) becomes dS^T = P^T * (dP^T - D_i): St holds P^T, Di holds D_i (VW floats at a time with load/store, or one by one)
+        // exercise ds_t begins
         for (int64_t c = 0; c < bc; ++c) {
           float* ds = dSt.data() + c * Brp;
           const float* pt = St.data() + c * Brp;
           for (int64_t r = 0; r < brp; r += VW) store(ds + r, load(pt + r) * (load(ds + r) - load(Di.data() + r)));
         }
-        // exercise end
+        // exercise ds_t ends
         // dK_j += dS_ij^T Q_i (line 16; the factor scale is applied once, at the write).
         gemm_pv(dSt.data(), Brp, bc, br, Qi.data(), dpad, dpad, dKj.data(), dpad);
       }
@@ -224,14 +227,14 @@ void backward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, cons
         float* ds = dS.data() + r * Bcp;
         const int64_t seen = crosses ? std::clamp<int64_t>(p.keys_seen(r0 + r) - c0, 0, bn) : bn;
         std::fill(s + seen, s + bcp, neg_inf);  // masked keys and the padding: P = 0
-        // exercise ds: row r of dS (bcp values in ds, now dP) becomes P * (dP - D_r), P = exp(s - LSE_r) (exp_neg; a -inf LSE must give P = 0, never NaN)
+        // exercise ds begins
         const float lse = LSE[p.lse_offset(b, h, r0 + r)];
         const float l = lse == neg_inf ? -neg_inf : lse, Dr = D[p.lse_offset(b, h, r0 + r)];
         for (int64_t c = 0; c < bcp; c += VW) {  // P = exp(S - LSE), dS = P * (dP - D)
           const vf pv = exp_neg(load(s + c) - l);
           store(ds + c, pv * (load(ds + c) - Dr));
         }
-        // exercise end
+        // exercise ds ends
       }
       // dQ_i += dS_ij K_j (FA2 Alg. 2 line 15, in a fixed order: no atomics).
       gemm_pv(dS.data(), Bcp, br, bn, Kj.data(), dpad, dpad, dQi.data(), dpad);

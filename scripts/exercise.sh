@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Exercise mode (docs/exercises.md): write a stage's core yourself; the stage's own tests judge it.
 #   scripts/exercise.sh NN            make exercises/NN_<stage>/ (your copy of the stage's headers
-#                                     and test, the marked parts replaced by a TODO that states
-#                                     what to write) if it is not there yet, then build and test it
+#                                     and test, each part between "// exercise NAME begins" and
+#                                     "// exercise NAME ends" replaced by a TODO that states what
+#                                     to write) if it is not there yet, then build and test it
 #   scripts/exercise.sh NN --check    build and test your copy again after an edit
 #   scripts/exercise.sh NN --reset    start over (your copy is kept as exercises/NN_<stage>.old/)
 #   scripts/exercise.sh NN --selftest for CI: the TODO copy must FAIL the tests and the copy with
@@ -26,21 +27,52 @@ case "$NN" in
 esac
 case "$MODE" in ""|--check|--reset|--selftest) ;; *) echo "exercise: expected --check, --reset or --selftest, found '$MODE'" >&2; usage ;; esac
 
+# The contract of each exercise: what the learner's code must do, in the variables the reference
+# uses. It becomes the comment line above the TODO in the learner's copy. (The reference files
+# hold only the two markers, "// exercise NAME begins" and "// exercise NAME ends".)
+contracts() {
+  cat <<'END'
+softmax_row	pr[j] = exp(s[j]) / l, l = sum over j of exp(s[j]) (no max subtracted: Vaswani et al. 2017, eq. 1); LSE[p.lse_offset(b, h, i)] = log(l); a row with p.keys_seen(i) == 0 gets pr = 0 and LSE = -inf, never 0 / 0
+pv	o[c] = sum over keys j of pr[j] * V[j][c], c < d, with V's row j of head h at V + p.kv_offset(b, h, j) (the GQA mapping is inside kv_offset)
+safe_row	from row s (N_k scores, -inf where hidden) write P_ij = exp(S_ij - m_i) / l_i with m_i the row max, l_i = sum_j exp(S_ij - m_i), LSE_i = m_i + log(l_i); a row that sees no key: P = 0, LSE = -inf
+add_key	fold key (s, v) into st: m_new = max(m, s); l, o *= exp(m - m_new); l += exp(s - m_new); o += exp(s - m_new) v; m = m_new (use exp_minus)
+merge	the state over both key sets: r.m = max(a.m, b.m); r.l and r.o = a's and b's, each rescaled by exp(its m - r.m), summed
+block_update	row r of S (bcp scores in s) into m[r], l[r] and row r of O_i: m_new = max(m, row_max), s = exp(s - m_new) (exp_sub_sum), l and O_i row rescaled by exp(m - m_new); no -inf - -inf
+row_dots	D[r] = sum over the d columns of dO * O, row r (both [rows, d], row-major)
+ds_t	dSt (bc rows of Brp, now dP^T) becomes dS^T = P^T * (dP^T - D_i): St holds P^T, Di holds D_i (VW floats at a time with load/store, or one by one)
+ds	row r of dS (bcp values in ds, now dP) becomes P * (dP - D_r), P = exp(s - LSE_r) (exp_neg; a -inf LSE must give P = 0, never NaN)
+END
+}
+
 # make_copy DIR [reference]: the stage's headers and test into DIR; the lines between
-# "// exercise NAME: CONTRACT" and "// exercise end" become one TODO line stating the contract
-# (with "reference", they are kept: the copy is then the reference itself).
+# "// exercise NAME begins" and "// exercise NAME ends" become the contract and one TODO line
+# (with "reference", they are kept: the copy is then the reference itself). A marker without its
+# partner, or an exercise without a contract, stops the script: the copy would not be the exercise.
 make_copy() {
-  local dir=$1 keep=${2:-}
+  local dir=$1 keep=${2:-} f
   mkdir -p "$dir"
   for f in "$stage"/*.hpp "$stage/$test"; do
-    awk -v keep="$keep" '
-      /\/\/ exercise end/ { skip = 0 }
+    contracts | awk -F'\t' -v keep="$keep" -v file="$f" '
+      FNR == NR { contract[$1] = $2; next }
+      match($0, /\/\/ exercise [a-z_]+ begins$/) {
+        if (open != "") { print file ": exercise " open " has no end marker" > "/dev/stderr"; exit 3 }
+        open = $0; sub(/.*\/\/ exercise /, "", open); sub(/ begins$/, "", open)
+        if (!(open in contract)) { print file ": exercise " open " has no contract in scripts/exercise.sh" > "/dev/stderr"; exit 3 }
+        if (keep == "") {
+          indent = substr($0, 1, RSTART - 1)
+          print indent "// exercise " open ": " contract[open]
+          print indent "// TODO: your code here. Then: scripts/exercise.sh " ENVIRON["NN"] " --check"
+          skip = 1
+          next
+        }
+      }
+      match($0, /\/\/ exercise [a-z_]+ ends$/) {
+        name = $0; sub(/.*\/\/ exercise /, "", name); sub(/ ends$/, "", name)
+        if (name != open) { print file ": \"exercise " name " ends\" without its begin marker" > "/dev/stderr"; exit 3 }
+        open = ""; skip = 0
+      }
       !skip { print }
-      match($0, /\/\/ exercise [a-z_]+: /) && keep == "" {
-        indent = substr($0, 1, RSTART - 1)
-        print indent "// TODO: your code here. Then: scripts/exercise.sh " ENVIRON["NN"] " --check"
-        skip = 1
-      }' "$f" >"$dir/$(basename "$f")"
+      END { if (open != "") { print file ": exercise " open " has no end marker" > "/dev/stderr"; exit 3 } }' - "$f" >"$dir/$(basename "$f")" || exit 2
   done
 }
 export NN
