@@ -114,7 +114,8 @@ def versions(rows, data, out, n=8192):
         ax.legend(fontsize=7, loc="upper left")
         ax.grid(True, axis="y", alpha=0.3)
     axes[0].set_ylabel("TFLOP/s (bf16 forward)")
-    fig.suptitle(f"Stage 05, one idea per version, {data['device']}, {data['date']} (tools/compare_torch.py; "
+    # No date in this title: the lesson embeds this plot; the run's date is in the notebook and the JSON.
+    fig.suptitle(f"Stage 05, one idea per version, {data['device']} (tools/compare_torch.py; "
                  "-: falls back to another version there)")
     fig.tight_layout()
     path = os.path.join(out, "gpu_versions.png")
