@@ -1,0 +1,17 @@
+"""fa_course: the FlashAttention course's kernels as one PyTorch attention op, with autograd.
+
+    import fa_course
+    o = fa_course.attention(q, k, v, causal=True)          # q [B,H,N_q,d], k, v [B,H_kv,N_k,d]
+    o.sum().backward()                                      # stage 06's backward, from O and LSE
+
+What runs (kernel="auto"):
+    CPU float32           stage 04's tiled forward (libfa04.so), stage 06's CPU backward (libfa06.so)
+    CUDA fp16 / bf16      stage 05's fastest kernel for the head dim (v12 at d = 128, v9 at d = 64,
+                          v1 elsewhere), stage 06's fastest backward (fa06_runs("auto"))
+    CUDA float32          stage 05's v1 and stage 06's gpu_v1
+The op is fa_course::attention_fwd (returns O and LSE) with its backward fa_course::attention_bwd,
+both torch.library custom ops, so autograd, torch.compile and torch.library.opcheck see them.
+"""
+from ._op import attention, kernels_for, library_paths
+
+__all__ = ["attention", "kernels_for", "library_paths"]

@@ -1,0 +1,76 @@
+"""The course's C libraries, loaded with ctypes: libfa04.so (CPU forward, 04_tiled_cpu/fa04.h),
+libfa05.so (GPU forward, 05_cuda_tiled/fa05.h) and libfa06.so (CPU and GPU backward,
+06_backward_recompute/fa06.h).
+
+Where they are looked for, first found wins: the build folder named by $FA_COURSE_BUILD, then
+build/ of the repository this package sits in (scripts/build.sh makes it), then its build-*/.
+$FA_COURSE_LIB_DIR may instead name one folder holding the .so files themselves.
+"""
+import ctypes
+import os
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+_SUBDIR = {"fa04": "04_tiled_cpu", "fa05": "05_cuda_tiled", "fa06": "06_backward_recompute"}
+_loaded = {}
+
+i64, vp, c_int, c_float = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int, ctypes.c_float
+_SIGS = {
+    "fa04": {
+        "fa04_forward": ([vp] * 5 + [i64] * 6 + [c_int, c_float, i64, i64, c_int], c_int),
+        "fa04_last_error": ([], ctypes.c_char_p),
+    },
+    "fa05": {
+        "fa05_forward": ([ctypes.c_char_p] + [vp] * 5 + [i64] * 6 + [c_int, c_int, c_float, vp], c_int),
+        "fa05_runs": ([ctypes.c_char_p, i64, c_int], ctypes.c_char_p),
+        "fa05_kernel_count": ([], c_int),
+        "fa05_kernel_name": ([c_int], ctypes.c_char_p),
+        "fa05_last_error": ([], ctypes.c_char_p),
+    },
+    "fa06": {
+        "fa06_backward_cpu": ([vp] * 9 + [i64] * 6 + [c_int, c_float, i64, i64, c_int], c_int),
+        "fa06_backward": ([ctypes.c_char_p] + [vp] * 9 + [i64] * 6 + [c_int, c_int, c_float, vp], c_int),
+        "fa06_runs": ([ctypes.c_char_p, i64, c_int], ctypes.c_char_p),
+        "fa06_has_gpu": ([], c_int),
+        "fa06_last_error": ([], ctypes.c_char_p),
+    },
+}
+
+
+def candidates(name):
+    """The paths libNAME.so is looked for at, in order."""
+    fname = f"lib{name}.so"
+    out = []
+    if os.environ.get("FA_COURSE_LIB_DIR"):
+        out.append(Path(os.environ["FA_COURSE_LIB_DIR"]) / fname)
+    builds = [Path(os.environ["FA_COURSE_BUILD"])] if os.environ.get("FA_COURSE_BUILD") else []
+    builds += [REPO / "build"] + sorted(REPO.glob("build-*"))
+    out += [b / _SUBDIR[name] / fname for b in builds]
+    return out
+
+
+def lib(name):
+    """The loaded library `name` ("fa04", "fa05", "fa06"), its functions typed; RuntimeError if absent."""
+    if name not in _loaded:
+        for path in candidates(name):
+            if path.is_file():
+                handle = ctypes.CDLL(str(path))
+                for fn, (args, res) in _SIGS[name].items():
+                    f = getattr(handle, fn)
+                    f.argtypes, f.restype = args, res
+                handle.path = str(path)
+                _loaded[name] = handle
+                break
+        else:
+            where = ", ".join(str(p) for p in candidates(name)[:3])
+            raise RuntimeError(f"lib{name}.so: expected a build of the course (scripts/build.sh; "
+                               f"or set FA_COURSE_BUILD), found none at {where}")
+    return _loaded[name]
+
+
+def check(name, status):
+    """Raises the library's one-line message for a non-zero status."""
+    if status != 0:
+        msg = getattr(lib(name), f"{name}_last_error")().decode(errors="replace")
+        kind = ValueError if status == 1 else RuntimeError  # 1: FA0x_INVALID_ARGUMENT
+        raise kind(f"{msg} (lib{name}.so status {status})")

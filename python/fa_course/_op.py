@@ -1,0 +1,192 @@
+"""The op: fa_course::attention_fwd and fa_course::attention_bwd (torch.library custom ops), the
+autograd formula that joins them, and the public attention()."""
+import math
+
+import torch
+
+from . import _lib
+
+MAX_HEAD_DIM = 256  # the largest d any kernel of the course runs (stage 05's v1, stage 06's gpu_v1)
+_DTYPE_CODE = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
+
+
+# ---- checks, in the course's one-line form: "argument: expected ..., found ..." --------------
+
+def _check(q, k, v, causal, scale, kernel):
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor, found {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(f"{name}: expected 4 dimensions [B, H, N, d], found shape {tuple(t.shape)}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v: expected one device, found {q.device}, {k.device}, {v.device}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k, v: expected one dtype, found {q.dtype}, {k.dtype}, {v.dtype}")
+    if q.device.type == "cpu":
+        if q.dtype != torch.float32:
+            raise TypeError(f"dtype: expected torch.float32 on the CPU (stage 04), found {q.dtype}")
+    elif q.device.type == "cuda":
+        if q.dtype not in _DTYPE_CODE:
+            raise TypeError(f"dtype: expected float32, float16 or bfloat16 on the GPU, found {q.dtype}")
+    else:
+        raise ValueError(f"device: expected cpu or cuda, found {q.device}")
+    B, H, N_q, d = q.shape
+    if k.shape != v.shape:
+        raise ValueError(f"--k/--v: expected k and v of one shape, found {tuple(k.shape)} and {tuple(v.shape)}")
+    Bk, H_kv, N_k, dk = k.shape
+    if Bk != B:
+        raise ValueError(f"--batch: expected k's batch {Bk} to equal q's, found {B}")
+    if dk != d:
+        raise ValueError(f"--head-dim: expected k's head dim {dk} to equal q's, found {d}")
+    for flag, x in (("--batch", B), ("--heads", H), ("--seq-q", N_q), ("--kv-heads", H_kv), ("--seq-k", N_k),
+                    ("--head-dim", d)):
+        if x < 1:
+            raise ValueError(f"{flag}: expected an integer >= 1, found {x}")
+    if H % H_kv != 0:
+        raise ValueError(f"--kv-heads: expected a divisor of --heads ({H}), found {H_kv}")
+    if d > MAX_HEAD_DIM:
+        raise ValueError(f"--head-dim: expected at most {MAX_HEAD_DIM}, found {d}")
+    if scale is not None and not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
+        raise ValueError(f"--scale: expected a finite number > 0 (or None for 1/sqrt(d)), found {scale!r}")
+    if not isinstance(kernel, str):
+        raise TypeError(f"kernel: expected a name, found {type(kernel).__name__}")
+
+
+def kernels_for(device, dtype, d, kernel="auto"):
+    """(forward kernel, backward kernel) names that run for this device, dtype and head dim."""
+    fwd, _, bwd = kernel.partition(",")
+    bwd = bwd or "auto"
+    if torch.device(device).type == "cpu":
+        if fwd not in ("auto", "tiled") or bwd not in ("auto", "tiled"):
+            raise ValueError(f"kernel: expected 'auto' (stage 04 and 06) on the CPU, found {kernel!r}")
+        return "04_tiled_cpu", "06_backward_recompute"
+    code = _DTYPE_CODE[dtype]
+    if fwd == "auto":
+        fwd = "v1" if dtype == torch.float32 else {128: "v12", 64: "v9"}.get(d, "v1")
+    runs = _lib.lib("fa05").fa05_runs(fwd.encode(), d, code)
+    if runs is None:
+        _lib.check("fa05", 1)
+    bruns = _lib.lib("fa06").fa06_runs(bwd.encode(), d, code)
+    if bruns is None:
+        _lib.check("fa06", 1)
+    return runs.decode(), bruns.decode()
+
+
+def library_paths():
+    """{name: path} of the course libraries this process loaded (or would load)."""
+    out = {}
+    for name in ("fa04", "fa05", "fa06"):
+        try:
+            out[name] = _lib.lib(name).path
+        except RuntimeError as e:
+            out[name] = str(e)
+    return out
+
+
+def _stream(t):
+    return torch.cuda.current_stream(t.device).cuda_stream
+
+
+# ---- the forward op ------------------------------------------------------------------------
+
+@torch.library.custom_op("fa_course::attention_fwd", mutates_args=())
+def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
+                  kernel: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """O [B,H,N_q,d] and LSE [B,H,N_q] (float32, natural log); scale 0 means 1/sqrt(d)."""
+    # The C libraries read dense row-major tensors: a strided view is copied here (documented).
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    B, H, N_q, d = q.shape
+    _, H_kv, N_k, _ = k.shape
+    o = torch.empty_like(q)
+    lse = torch.empty((B, H, N_q), dtype=torch.float32, device=q.device)
+    if q.device.type == "cpu":
+        kernels_for(q.device, q.dtype, d, kernel)  # refuses a GPU kernel name on the CPU
+        s = _lib.lib("fa04").fa04_forward(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(),
+                                          B, H, H_kv, N_q, N_k, d, int(causal), scale, 0, 0, 0)
+        _lib.check("fa04", s)
+    else:
+        fwd, _ = kernels_for(q.device, q.dtype, d, kernel)
+        with torch.cuda.device(q.device):
+            s = _lib.lib("fa05").fa05_forward(fwd.encode(), q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
+                                              lse.data_ptr(), B, H, H_kv, N_q, N_k, d, _DTYPE_CODE[q.dtype],
+                                              int(causal), scale, _stream(q))
+        _lib.check("fa05", s)
+    return o, lse
+
+
+@attention_fwd.register_fake
+def _(q, k, v, causal, scale, kernel):
+    B, H, N_q, _ = q.shape
+    return torch.empty_like(q, memory_format=torch.contiguous_format), q.new_empty((B, H, N_q), dtype=torch.float32)
+
+
+# ---- the backward op -----------------------------------------------------------------------
+
+@torch.library.custom_op("fa_course::attention_bwd", mutates_args=())
+def attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+                  lse: torch.Tensor, causal: bool, scale: float,
+                  kernel: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dQ, dK, dV from dO and what the forward kept (Q, K, V, O, LSE): stage 06."""
+    do, q, k, v, o, lse = (t.contiguous() for t in (do, q, k, v, o, lse))
+    B, H, N_q, d = q.shape
+    _, H_kv, N_k, _ = k.shape
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    ptrs = [t.data_ptr() for t in (q, k, v, o, do, lse, dq, dk, dv)]
+    if q.device.type == "cpu":
+        s = _lib.lib("fa06").fa06_backward_cpu(*ptrs, B, H, H_kv, N_q, N_k, d, int(causal), scale, 0, 0, 0)
+    else:
+        _, bwd = kernels_for(q.device, q.dtype, d, kernel)
+        with torch.cuda.device(q.device):
+            s = _lib.lib("fa06").fa06_backward(bwd.encode(), *ptrs, B, H, H_kv, N_q, N_k, d, _DTYPE_CODE[q.dtype],
+                                               int(causal), scale, _stream(q))
+    _lib.check("fa06", s)
+    return dq, dk, dv
+
+
+@attention_bwd.register_fake
+def _(do, q, k, v, o, lse, causal, scale, kernel):
+    return (torch.empty_like(q, memory_format=torch.contiguous_format),
+            torch.empty_like(k, memory_format=torch.contiguous_format),
+            torch.empty_like(v, memory_format=torch.contiguous_format))
+
+
+# ---- autograd: the forward saves Q, K, V, O and LSE (O(N d)), never P (O(N^2)) ------------------
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, causal, scale, kernel = inputs
+    o, lse = output
+    ctx.save_for_backward(q, k, v, o, lse)
+    ctx.causal, ctx.scale, ctx.kernel = causal, scale, kernel
+    ctx.mark_non_differentiable(lse)
+
+
+def _backward(ctx, grad_o, grad_lse):
+    q, k, v, o, lse = ctx.saved_tensors
+    dq, dk, dv = attention_bwd(grad_o, q, k, v, o, lse, ctx.causal, ctx.scale, ctx.kernel)
+    return dq, dk, dv, None, None, None
+
+
+torch.library.register_autograd("fa_course::attention_fwd", _backward, setup_context=_setup_context)
+
+
+# ---- the public function -----------------------------------------------------------------------
+
+def attention(q, k, v, *, causal=False, scale=None, kernel="auto", return_lse=False):
+    """softmax(scale * q k^T [+ causal mask]) v with the course's kernels, differentiable.
+
+    q: [B, H, N_q, d]; k, v: [B, H_kv, N_k, d] with H % H_kv == 0 (GQA/MQA: query head h reads
+    kv head h // (H // H_kv), PyTorch's enable_gqa convention). d <= 256.
+    causal: BOTTOM-RIGHT aligned, as everywhere in the course and in FlashAttention >= 2.1: query i
+        sees key j iff j <= i + N_k - N_q (torch.nn.attention.bias.causal_lower_right). PyTorch's
+        scaled_dot_product_attention(is_causal=True) is TOP-LEFT (j <= i); the two agree only when
+        N_q == N_k. A query row that sees no key (N_q > N_k) gets O = 0 and LSE = -inf.
+    scale: the softmax scale (default 1/sqrt(d)).
+    kernel: "auto", or a stage 05 kernel name ("v1" ... "v12") for the GPU forward, optionally
+        with a stage 06 one after a comma ("v5,gpu_v3"); the CPU takes only "auto".
+    return_lse: also return LSE [B, H, N_q] (float32, natural log; not differentiable).
+    Non-contiguous inputs are copied to contiguous ones first (the kernels read dense rows).
+    Bad input raises ValueError or TypeError with a one-line message naming the argument.
+    """
+    _check(q, k, v, causal, scale, kernel)
+    o, lse = attention_fwd(q, k, v, bool(causal), float(scale or 0.0), kernel)
+    return (o, lse) if return_lse else o
