@@ -43,6 +43,18 @@ def table(src, link):
     return "\n".join(rows) + "\n"
 
 
+def is_lesson(path):
+    """A stage README (NN_name/README.md) is a lesson: its tables carry no dates (the lab notebook
+    docs/lab/NN_name.md keeps each run's date, machine and command)."""
+    p = pathlib.Path(path).resolve()
+    return p.name == "README.md" and re.match(r"\d\d_\w+$", p.parent.name) is not None
+
+
+def undated(table):
+    """The table with the dates taken out of its caption ("measured 2026-12-01 on" -> "measured on")."""
+    return re.sub(r"([Mm]easured) \d{4}-\d\d-\d\d(?:[T ][0-9:.]+Z?)?,? (on|by)", r"\1 \2", table)
+
+
 def rewrite_readmes(paths, block, render):
     """Replace every `block` match in the READMEs and docs (default: every README.md outside build
     folders and every .md under docs/, so a table works in a lesson or in its lab notebook) with
@@ -53,7 +65,9 @@ def rewrite_readmes(paths, block, render):
         paths += sorted((ROOT / "docs").rglob("*.md"))
     for p in map(pathlib.Path, paths):
         text = p.read_text()
-        new = block.sub(lambda m: render(m, os.path.relpath(ROOT / m.group("src"), p.resolve().parent)), text)
+        lesson = is_lesson(p)
+        new = block.sub(lambda m: undated(render(m, os.path.relpath(ROOT / m.group("src"), p.resolve().parent)))
+                        if lesson else render(m, os.path.relpath(ROOT / m.group("src"), p.resolve().parent)), text)
         if new != text:
             p.write_text(new)
             print(f"updated {p}")
