@@ -21,11 +21,13 @@ it PyTorch tensors' device pointers, so our kernels and SDPA's backends read the
 
 3. With --backward: the same grid in bf16, SDPA's backward alone (flash, cuDNN, efficient): the
    forward runs once, then each timed call is torch.autograd.grad through it (retain_graph), so
-   only the backward kernels run. Stage 06's own backward is timed by its benchmark
-   (bench_06_backward_gpu) in the same gpu_check run; tools/gpu_tables.py puts the two side by
-   side (kind bwd). Backward TFLOP/s: 2.5x the forward's FLOPs (FA2's convention).
+   only the backward kernels run; and in the same process, on the same tensors, stage 06's
+   backward through libfa06.so (06_backward_recompute/fa06.h: its "auto" kernel, from the O and
+   LSE of stage 05's forward), so the ratio to SDPA's backward is measured in one process.
+   Backward TFLOP/s: 2.5x the forward's FLOPs (FA2's convention).
 
 Usage: python3 tools/compare_torch.py --lib build-gpu/05_cuda_tiled/libfa05.so [--json out.json]
+       [--lib06 PATH]   (default: 06_backward_recompute/libfa06.so of the same build)
        [--quick]   (fewer sizes)   [--backward]   [--dtypes fp16]   (default bf16,fp32)
 Needs a CUDA GPU and PyTorch (>= 2.5 for enable_gqa); not part of the README's two commands.
 """
@@ -290,7 +292,34 @@ def timing(fa, device, quick, log, dtypes=("bf16", "fp32"), launches=0):
     return rows
 
 
-def timing_backward(device, quick, log, launches=0):
+class Fa06:
+    """The GPU half of the C ABI of fa06.h (stage 06's backward)."""
+
+    def __init__(self, path):
+        self.lib = ctypes.CDLL(path)
+        i64, vp = ctypes.c_int64, ctypes.c_void_p
+        self.lib.fa06_backward.argtypes = [ctypes.c_char_p] + [vp] * 9 + [i64] * 6 + [ctypes.c_int, ctypes.c_int,
+                                                                                          ctypes.c_float, vp]
+        self.lib.fa06_backward.restype = ctypes.c_int
+        self.lib.fa06_runs.argtypes = [ctypes.c_char_p, i64, ctypes.c_int]
+        self.lib.fa06_runs.restype = ctypes.c_char_p
+        self.lib.fa06_last_error.restype = ctypes.c_char_p
+
+    def runs(self, kernel, d, dtype):
+        r = self.lib.fa06_runs(kernel.encode(), d, DTYPES[dtype][0])
+        return r.decode() if r else None
+
+    def backward(self, kernel, q, k, v, o, do, lse, causal, scale, dq, dk, dv):
+        B, H, Nq, d = q.shape
+        code = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}[q.dtype]
+        status = self.lib.fa06_backward(kernel.encode(), *(t.data_ptr() for t in (q, k, v, o, do, lse, dq, dk, dv)),
+                                        B, H, k.shape[1], Nq, k.shape[2], d, code, int(causal), float(scale),
+                                        torch.cuda.current_stream().cuda_stream)
+        if status != 0:
+            raise RuntimeError(f"fa06_backward({kernel}): status {status}: {self.lib.fa06_last_error().decode()}")
+
+
+def timing_backward(device, quick, log, launches=0, fa=None, fa06=None):
     rows = []
     Ns = [1024, 4096, 16384] if quick else [512, 1024, 2048, 4096, 8192, 16384]
     for d in (64, 128):
@@ -303,6 +332,24 @@ def timing_backward(device, quick, log, launches=0):
                 do = torch.randn(B, H, N, d, device=device, dtype=torch.bfloat16)
                 flops = 2.5 * 4.0 * B * H * N * N * d * (0.5 if causal else 1.0)
                 cells = []
+                if fa is not None and fa06 is not None:
+                    # Stage 06 from stage 05's O and LSE (its fastest forward for d), same tensors.
+                    fwd = {128: "v12", 64: "v9"}.get(d, "v1")
+                    with torch.no_grad():
+                        o, lse = fa.forward(fwd, q.detach(), k.detach(), v.detach(), causal, 1 / math.sqrt(d))
+                    dq, dk, dv = (torch.empty_like(t) for t in (q, k, v))
+                    kname = fa06.runs("auto", d, "bf16")
+                    try:
+                        ms = time_ms(lambda: fa06.backward("auto", q.detach(), k.detach(), v.detach(), o, do, lse, causal,
+                                                           1 / math.sqrt(d), dq, dk, dv), 3 if flops / 1e12 > 5 else 10,
+                                     launches)
+                        note = ""
+                    except RuntimeError as e:
+                        ms, note = None, "refused: " + str(e).splitlines()[0][:80]
+                    rows.append({"impl": f"fa06 {kname}", "dtype": "bf16", "N": N, "d": d, "causal": causal, "B": B,
+                                 "H": H, "ms": ms, "tflops": flops / (ms * 1e9) if ms else None, "note": note})
+                    cells.append(f"fa06 {kname}: {flops / (ms * 1e9):.1f}" if ms else f"fa06 {kname}: -")
+                    o = lse = dq = dk = dv = None
                 for b in ("flash", "cudnn", "efficient"):
                     try:
                         out = sdpa(b, q, k, v, causal, 1 / math.sqrt(d))
@@ -326,7 +373,8 @@ def main():
     ap.add_argument("--json", help="write the checks' verdict and the timing rows here")
     ap.add_argument("--quick", action="store_true", help="N in {1024, 4096, 16384} only")
     ap.add_argument("--no-timing", action="store_true")
-    ap.add_argument("--backward", action="store_true", help="also time SDPA's backward (bf16)")
+    ap.add_argument("--backward", action="store_true", help="also time SDPA's and stage 06's backward (bf16)")
+    ap.add_argument("--lib06", help="path to libfa06.so (default: beside --lib's build, 06_backward_recompute/)")
     ap.add_argument("--dtypes", default="bf16,fp32", help="the forward timing's dtypes (default bf16,fp32)")
     ap.add_argument("--launches", type=int, default=0,
                     help="back-to-back launches per CUDA-event pair (default 0: about 5 ms of them, 1 to 20; "
@@ -349,7 +397,13 @@ def main():
     rows = [] if args.no_timing else (log("timing (TFLOP/s, median of CUDA-event times):") or timing(fa, device, args.quick, log, args.dtypes.split(","), args.launches))
     if args.backward:
         log("backward timing (TFLOP/s = 2.5 x forward FLOPs / time, median of CUDA-event times):")
-        rows += timing_backward(device, args.quick, log, args.launches)
+        import os
+        lib06 = args.lib06 or os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(args.lib))),
+                                           "06_backward_recompute", "libfa06.so")
+        fa06 = Fa06(lib06) if os.path.isfile(lib06) else None
+        if fa06 is None:
+            log(f"  (no {lib06}: SDPA's backward alone)")
+        rows += timing_backward(device, args.quick, log, args.launches, fa, fa06)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": props.name, "torch": torch.__version__, "cuda": torch.version.cuda,

@@ -10,6 +10,12 @@ differ only in how attention rounds. Characters are the tokens (the text's own a
 
 On a GPU: --device cuda --dtype bf16 (autocast) or --dtype fp16 (autocast and a GradScaler).
 """
+# Two OpenMP runtimes share the cores here: PyTorch's own copy and the system's, which the course's
+# libraries use. Their threads spin-wait between parallel regions by default and starve each
+# other: on 2 busy cores a small GPT trained 20-40x slower. Passive waiting, set before torch is
+# imported (each runtime reads it once, when it starts), removes that (docs/pytorch.md).
+import os
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import argparse
 import json
 import math
@@ -104,7 +110,7 @@ def train(how, steps=200, ctx=64, batch=16, dim=64, heads=4, layers=2, lr=3e-3, 
         scaler.update()
         if scaler.is_enabled() and scaler.get_scale() < scale_before:
             out["skipped"] += 1                               # inf/NaN gradients: this step was skipped
-        out["losses"].append(float(loss))
+        out["losses"].append(float(loss.detach()))
         out["grad_norms"].append(float(norm))
         if log_every and step % log_every == 0:
             print(f"  {how} step {step:4d} loss {float(loss):.4f} |g| {float(norm):.3f}", file=sys.stderr)

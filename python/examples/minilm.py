@@ -6,6 +6,12 @@ L2-normalised) as tools/extract_qkv.py's numpy forward.
 
     PYTHONPATH=python python3 python/examples/minilm.py     # embeddings and one step's gradients, fa vs SDPA
 """
+# Two OpenMP runtimes share the cores here: PyTorch's own copy and the system's, which the course's
+# libraries use. Their threads spin-wait between parallel regions by default and starve each
+# other: on 2 busy cores a small GPT trained 20-40x slower. Passive waiting, set before torch is
+# imported (each runtime reads it once, when it starts), removes that (docs/pytorch.md).
+import os
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import argparse
 import importlib.util
 import math
