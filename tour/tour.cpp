@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <vector>
@@ -31,13 +32,14 @@ struct Entry {
   std::string name, idea;
   std::optional<fa::Stage> stage;  // empty: not built, see `why`
   std::string why;
+  std::vector<std::string> also;  // GPU: the other versions asked for that run this same kernel
 };
 
 // The stages in course order. GPU stages run in `gpu_dtype` (--dtype); the CPU stages in fp32.
 // p is the problem (a GPU row says which kernel really runs it when a version falls back).
 std::vector<Entry> stages(fa::DType gpu_dtype, const fa::AttnProblem& p) {
   std::vector<Entry> v;
-  auto built = [&](const fa::Stage& s) { v.push_back({s.name, s.idea, s, ""}); };
+  auto built = [&](const fa::Stage& s) { v.push_back({s.name, s.idea, s, "", {}}); };
   built(stage_01());
   built(stage_02());
   built(stage_03());
@@ -46,26 +48,37 @@ std::vector<Entry> stages(fa::DType gpu_dtype, const fa::AttnProblem& p) {
 #ifdef FA_HAVE_CUDA
   std::string why;
   if (fa::gpu_available(&why)) {
-    for (const fa05::KernelInfo& k : fa05::kernels()) {  // every kernel version, one row each
-      fa::Stage s = stage_05(k.name);
-      s.name = "05_cuda_tiled " + k.name;
+    // One row per kernel that really runs this problem: a version that falls back to another
+    // (e.g. v2 at d = 32, which has no tensor-core path) is listed under the kernel it ran.
+    std::map<std::string, size_t> row_of;  // kernel name -> its row in v
+    for (const fa05::KernelInfo& k : fa05::kernels()) {
       std::string runs;
       try {
         runs = fa05::plan(k.name, p, gpu_dtype).runs;
       } catch (const fa::InputError& e) {  // e.g. d = 300: this kernel does not run the problem
-        v.push_back({s.name, k.idea, std::nullopt, e.what()});
+        v.push_back({"05_cuda_tiled " + k.name, k.idea, std::nullopt, e.what(), {}});
         continue;
       }
-      if (runs != k.name) s.name += " (ran " + runs + ")";  // e.g. v2 at d = 32: no tensor-core path
+      if (auto it = row_of.find(runs); it != row_of.end()) {
+        v[it->second].also.push_back(k.name);
+        continue;
+      }
+      fa::Stage s = stage_05(runs);
+      s.name = "05_cuda_tiled " + runs;
       s.forward = s.forward_for(gpu_dtype);
-      built(s);
+      std::string idea = k.idea;
+      for (const fa05::KernelInfo& r : fa05::kernels())
+        if (r.name == runs) idea = r.idea;
+      row_of[runs] = v.size();
+      v.push_back({s.name, idea, s, "", {}});
+      if (runs != k.name) v.back().also.push_back(k.name);
     }
   } else {
-    v.push_back({"05_cuda_tiled", idea05, std::nullopt, "no GPU: " + why});
+    v.push_back({"05_cuda_tiled", idea05, std::nullopt, "no GPU: " + why, {}});
   }
 #else
   (void)gpu_dtype, (void)p;
-  v.push_back({"05_cuda_tiled", idea05, std::nullopt, "not built: no CUDA compiler (nvcc) at configure time"});
+  v.push_back({"05_cuda_tiled", idea05, std::nullopt, "not built: no CUDA compiler (nvcc) at configure time", {}});
 #endif
   built(tour_stage_06());
   return v;
@@ -144,6 +157,7 @@ int main(int argc, char** argv) {
       nlohmann::json row = {{"stage", e.name}, {"built", true}, {"pass", "forward"},
                             {"ms", gpu ? r.gpu_ms : r.ms}, {"extra_bytes", gpu ? r.gpu_extra_bytes : r.extra_bytes}};
       if (gpu) row["gpu"] = true, row["dtype"] = f.dtype;
+      if (!e.also.empty()) row["also_asked_as"] = e.also;
       if (base) {
         const fa::ForwardErrors er = base->compare(r);
         c1 = g(er.O_vs_01.max_abs), c2 = g(er.O_vs_f64.max_abs), c3 = g(er.LSE_vs_f64.max_abs);
@@ -173,6 +187,12 @@ int main(int argc, char** argv) {
         rows.push_back(brow);
       }
       out(txt, "    idea: %s\n", e.idea.c_str());
+      if (!e.also.empty()) {
+        std::string names;
+        for (const std::string& a : e.also) names += (names.empty() ? "" : ", ") + a;
+        out(txt, "    also asked as %s: no path of their own for this problem, they run %s\n",
+            names.c_str(), e.name.substr(e.name.rfind(' ') + 1).c_str());
+      }
     }
     nlohmann::json report = {{"input", in.source}, {"problem", fa::problem_json(in.p)}, {"stages", rows}};
     if (base) report["max_abs_logit"] = base->max_abs_logit();
