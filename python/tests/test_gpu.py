@@ -1,7 +1,10 @@
 """fa_course.attention on a CUDA GPU (stage 05 forward, stage 06 backward) against float64.
 
 The rule, per dtype: max |ours - float64| <= 2 * max |SDPA math in the same dtype - float64| + floor
-(floor 1e-5 for float32, 1e-3 for fp16/bf16 outputs of O(1) size), for O, dQ, dK, dV. Also: the op
+for O, dQ, dK, dV, the floor being 1e-5 (float32) or 1e-3 (fp16/bf16) plus what storing the result
+in the dtype alone may cost (half a unit in the last place of its largest value: our gradients are
+summed in float32 and rounded once, so they can sit half an ulp off where SDPA's happen to be
+closer). Also: the op
 runs on the caller's current stream, and torch.compile(fullgraph=True) of a module using it.
 Exits 77 (ctest: skipped) without a GPU."""
 import os
@@ -51,7 +54,8 @@ class Gpu(unittest.TestCase):
         ref = run(lambda a, b, c: sdpa_reference(a, b, c, causal)[0], torch.float64)
         base = run(lambda a, b, c: sdpa_reference(a, b, c, causal)[0], dtype)
         for name, x, r, b in zip(("O", "dQ", "dK", "dV"), ours, ref, base):
-            err, bound = max_err(x, r), 2 * max_err(b, r) + FLOOR[dtype]
+            store = 0.5 * torch.finfo(dtype).eps * float(r.abs().max())
+            err, bound = max_err(x, r), 2 * max_err(b, r) + FLOOR[dtype] + store
             self.assertLessEqual(err, bound, f"{name} {dtype} {case}: {err:.3g} > {bound:.3g}")
 
     def test_battery(self):
@@ -79,7 +83,8 @@ class Gpu(unittest.TestCase):
             return fa_course.attention(q, k, v, causal=True).sum()
         x = torch.randn(2, 128, 64, device="cuda", dtype=torch.bfloat16)
         y = torch.compile(f, fullgraph=True)(x)
-        self.assertLess(abs(float(y) - float(f(x))), 1e-2 * max(1.0, abs(float(f(x)))))
+        ye = float(f(x).detach())
+        self.assertLess(abs(float(y.detach()) - ye), 1e-2 * max(1.0, abs(ye)))
 
     def test_opcheck(self):
         for dt in (torch.bfloat16, torch.float32):
