@@ -282,13 +282,18 @@ void check_backward_case(const BackwardFn& f, const Case& c, bool is_stage01, co
   // A backward that recomputes P from its forward's LSE inherits LSE's rounding to float32
   // (a relative error up to 2^-24 |LSE| in every P of the row), which stage 01, normalising by
   // its own row sum, never meets: measured exactly, it joins the baseline.
+  // A float32 backward is fed its forward's O and LSE, whose own errors (checked by the forward
+  // battery; a few ulps of LSE, depending on the forward's blocks and the machine's libm) reach
+  // every P and D of the row: the float64 backward computed from exactly that O and LSE measures
+  // the error they cause by themselves, and that joins the baseline.
   // A 16-bit backward also stores D's O, P, dS and the gradients in the dtype: measured the same
   // way, the storage error replaces the float32-LSE term (it includes it).
   TensorD dX32[3];
   if (forward)
     reference_backward(p, convert<double>(in.Q), convert<double>(in.K), convert<double>(in.V),
                        convert<double>(in.dO), dX32[0], dX32[1], dX32[2], /*lse_in_float32=*/true,
-                       lowp ? BackwardStorage{st.dtype, st.P_in_dtype, &fwd.O} : BackwardStorage{});
+                       lowp ? BackwardStorage{st.dtype, st.P_in_dtype, &fwd.O}
+                            : BackwardStorage{DType::fp32, false, &fwd.O, &fwd.LSE});
   // A query row that sees no key (causal, N_q > N_k) has no gradient: dQ exactly 0, never NaN.
   for (int64_t bh = 0; bh < p.B * p.H; ++bh)
     for (int64_t i = 0; i < p.N_q; ++i)
@@ -327,7 +332,7 @@ void check_backward_case(const BackwardFn& f, const Case& c, bool is_stage01, co
       if (forward) {
         const double e_lse = compare(dX32[t].ptr(), ref[t]->ptr(), ref[t]->numel()).max_abs;
         REQUIRE_MESSAGE(std::isfinite(e_lse), "the stored reference overflows: no baseline to hold the stage to");
-        INFO(std::string(names[t]) << (lowp ? " storage error (float32 LSE, 16-bit values): " : " error of a float32 LSE alone: ")
+        INFO(std::string(names[t]) << (lowp ? " storage error (float32 LSE, 16-bit values): " : " error of the forward's float32 O and LSE alone: ")
                                    << e_lse);
         base += e_lse;
       }

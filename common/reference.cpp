@@ -121,6 +121,7 @@ void reference_backward(const AttnProblem& p, const TensorD& Q, const TensorD& K
         const int64_t qi = ((b * H + h) * Nq + i) * d;
         double lse = LSE[(b * H + h) * Nq + i];
         if (lse_in_float32) lse = double(float(lse));  // what a backward fed a float32 LSE sees
+        if (stored.LSE) lse = double((*stored.LSE)[(b * H + h) * Nq + i]);  // the LSE it was fed
         if (lse == -std::numeric_limits<double>::infinity()) continue;  // row sees nothing
         double D = 0;  // D_i = dO_i . O_i
         for (int64_t c = 0; c < d; ++c)

@@ -56,6 +56,9 @@ struct BackwardStorage {
   DType dtype = DType::fp32;
   bool P_in_dtype = false;
   const Tensor* O = nullptr;  // [B,H,N_q,d]; nullptr: the reference's own O
+  // [B,H,N_q] float32: the LSE the backward is fed (its own forward's), P = exp(S - LSE) from it
+  // exactly; nullptr: the reference's LSE (rounded to float32 with lse_in_float32).
+  const Tensor* LSE = nullptr;
 };
 void reference_backward(const AttnProblem& p, const TensorD& Q, const TensorD& K,
                         const TensorD& V, const TensorD& dO, TensorD& dQ, TensorD& dK,
