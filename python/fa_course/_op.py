@@ -1,7 +1,5 @@
 """The op: fa_course::attention_fwd and fa_course::attention_bwd (torch.library custom ops), the
 autograd formula that joins them, and the public attention()."""
-import math
-
 import torch
 
 from . import _lib
@@ -46,10 +44,48 @@ def _check(q, k, v, causal, scale, kernel):
         raise ValueError(f"--kv-heads: expected a divisor of --heads ({H}), found {H_kv}")
     if d > MAX_HEAD_DIM:
         raise ValueError(f"--head-dim: expected at most {MAX_HEAD_DIM}, found {d}")
-    if scale is not None and not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
-        raise ValueError(f"--scale: expected a finite number > 0 (or None for 1/sqrt(d)), found {scale!r}")
+    if scale is not None and not _valid_scale(scale):
+        raise ValueError(f"--scale: expected a number between {_F32_TINY:.7g} and {_F32_MAX:.7g} (a normal float32 "
+                         f"> 0), or None for 1/sqrt(d), found {scale!r}")
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal: expected True or False, found {causal!r}")
     if not isinstance(kernel, str):
         raise TypeError(f"kernel: expected a name, found {type(kernel).__name__}")
+
+
+_F32_TINY, _F32_MAX = 1.1754944e-38, 3.4028235e38  # the kernels take the scale as a float32
+
+
+def _valid_scale(scale):
+    """A scale the kernels can take: a real number (not a bool) that is a normal float32 > 0. A
+    smaller one would round to 0, which the C ABIs read as "the default 1/sqrt(d)". Comparisons
+    only (NaN fails both), so that torch.compile can trace a scale passed as an argument."""
+    if isinstance(scale, bool) or not isinstance(scale, (int, float, torch.SymFloat, torch.SymInt)):
+        try:
+            import numpy as np  # a numpy scalar is a number too
+            if not isinstance(scale, np.floating):
+                return False
+        except ImportError:
+            return False
+    return _F32_TINY <= scale <= _F32_MAX
+
+
+def _check_saved(do, q, o, lse):
+    """The backward's extra inputs: dO and O as q (shape, dtype, device), LSE [B, H, N_q] float32."""
+    for name, t in (("dO", do), ("o", o)):
+        if not isinstance(t, torch.Tensor) or t.shape != q.shape or t.dtype != q.dtype or t.device != q.device:
+            raise ValueError(f"{name}: expected a tensor like q ({tuple(q.shape)}, {q.dtype}, {q.device}), found "
+                             f"{tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}"
+                             f"{', ' + str(t.dtype) + ', ' + str(t.device) if isinstance(t, torch.Tensor) else ''}")
+    want = tuple(q.shape[:3])
+    if not isinstance(lse, torch.Tensor) or tuple(lse.shape) != want or lse.dtype != torch.float32 or lse.device != q.device:
+        raise ValueError(f"lse: expected float32 [B, H, N_q] = {want} on {q.device}, found "
+                         f"{(tuple(lse.shape), lse.dtype, str(lse.device)) if isinstance(lse, torch.Tensor) else type(lse).__name__}")
+
+
+def _scale_arg(scale):
+    """The ops' scale (0 = the default) as _check's (None = the default)."""
+    return None if scale == 0 else scale
 
 
 def kernels_for(device, dtype, d, kernel="auto"):
@@ -92,7 +128,9 @@ def _stream(t):
 @torch.library.custom_op("fa_course::attention_fwd", mutates_args=())
 def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
                   kernel: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """O [B,H,N_q,d] and LSE [B,H,N_q] (float32, natural log); scale 0 means 1/sqrt(d)."""
+    """O [B,H,N_q,d] and LSE [B,H,N_q] (float32, natural log); scale 0 means 1/sqrt(d).
+    Checks its inputs itself (it is public, and what torch.compile and export call)."""
+    _check(q, k, v, causal, _scale_arg(scale), kernel)
     # The C libraries read dense row-major tensors: a strided view is copied here (documented).
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     B, H, N_q, d = q.shape
@@ -116,6 +154,7 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
 
 @attention_fwd.register_fake
 def _(q, k, v, causal, scale, kernel):
+    _check(q, k, v, causal, None, kernel)  # shapes, dtypes, devices (the scale may be symbolic here)
     B, H, N_q, _ = q.shape
     return torch.empty_like(q, memory_format=torch.contiguous_format), q.new_empty((B, H, N_q), dtype=torch.float32)
 
@@ -126,7 +165,9 @@ def _(q, k, v, causal, scale, kernel):
 def attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                   lse: torch.Tensor, causal: bool, scale: float,
                   kernel: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """dQ, dK, dV from dO and what the forward kept (Q, K, V, O, LSE): stage 06."""
+    """dQ, dK, dV from dO and what the forward kept (Q, K, V, O, LSE): stage 06. Checks its inputs."""
+    _check(q, k, v, causal, _scale_arg(scale), kernel)
+    _check_saved(do, q, o, lse)
     do, q, k, v, o, lse = (t.contiguous() for t in (do, q, k, v, o, lse))
     B, H, N_q, d = q.shape
     _, H_kv, N_k, _ = k.shape
@@ -145,6 +186,8 @@ def attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.T
 
 @attention_bwd.register_fake
 def _(do, q, k, v, o, lse, causal, scale, kernel):
+    _check(q, k, v, causal, None, kernel)
+    _check_saved(do, q, o, lse)
     return (torch.empty_like(q, memory_format=torch.contiguous_format),
             torch.empty_like(k, memory_format=torch.contiguous_format),
             torch.empty_like(v, memory_format=torch.contiguous_format))
@@ -188,5 +231,5 @@ def attention(q, k, v, *, causal=False, scale=None, kernel="auto", return_lse=Fa
     Bad input raises ValueError or TypeError with a one-line message naming the argument.
     """
     _check(q, k, v, causal, scale, kernel)
-    o, lse = attention_fwd(q, k, v, bool(causal), float(scale or 0.0), kernel)
+    o, lse = attention_fwd(q, k, v, causal, 0.0 if scale is None else float(scale), kernel)
     return (o, lse) if return_lse else o

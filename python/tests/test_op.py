@@ -103,6 +103,49 @@ class Battery(unittest.TestCase):
                 self.assertIn(word, str(cm.exception))
                 self.assertNotIn("\n", str(cm.exception))
 
+    def test_the_registered_ops_check_their_inputs(self):
+        # torch.ops.fa_course.* are public and are what torch.compile and export call: a wrong
+        # shape, dtype or layout there must raise, not read out of bounds (it once crashed).
+        fwd, bwd = torch.ops.fa_course.attention_fwd.default, torch.ops.fa_course.attention_bwd.default
+        q = torch.randn(1, 1, 4, 8)
+        o, lse = fwd(q, q, q, False, 0.0, "auto")
+        bad = [
+            (lambda: fwd(torch.randn(64, 2, 8, 8), q, q, False, 0.0, "auto"), "--batch"),
+            (lambda: fwd(q.double(), q.double(), q.double(), False, 0.0, "auto"), "float32"),
+            (lambda: fwd(q, q, torch.randn(1, 1, 2, 8), False, 0.0, "auto"), "one shape"),
+            (lambda: bwd(o, torch.randn(1, 1, 1 << 12, 8), q, q, o, lse, False, 0.0, "auto"), "dO"),
+            (lambda: bwd(o, q, torch.randn(1, 1, 1 << 12, 8), q, o, lse, False, 0.0, "auto"), "one shape"),
+            (lambda: bwd(torch.randn(1, 1, 1 << 12, 8), q, q, q, o, lse, False, 0.0, "auto"), "dO"),
+            (lambda: bwd(o.double(), q, q, q, o, lse, False, 0.0, "auto"), "dO"),
+            (lambda: bwd(o, q, q, q, o, lse[..., :2], False, 0.0, "auto"), "lse"),
+        ]
+        for fn, word in bad:
+            with self.subTest(word=word):
+                with self.assertRaises((ValueError, TypeError)) as cm:
+                    fn()
+                self.assertIn(word, str(cm.exception))
+
+    def test_scales_the_kernels_cannot_take_raise(self):
+        # A scale below float32's smallest normal would round to 0, which the C ABIs read as the
+        # default 1/sqrt(d): it must raise, not silently run with another scale.
+        x = torch.randn(1, 2, 8, 16)
+        for scale in (1e-300, 1e-45, 10 ** 400, 3e39, True, "0.5"):
+            with self.subTest(scale=scale):
+                with self.assertRaises(ValueError) as cm:
+                    fa_course.attention(x, x, x, scale=scale)
+                self.assertIn("--scale", str(cm.exception))
+        with self.assertRaises(TypeError):
+            fa_course.attention(x, x, x, causal="no")
+        import numpy as np
+        self.assertLess(max_err(fa_course.attention(x, x, x, scale=np.float32(0.25)),
+                                fa_course.attention(x, x, x, scale=0.25)), 1e-30)
+
+    def test_compile_with_the_scale_as_an_argument(self):
+        # The scale traced as an argument: no graph break (the checks compare, never call math.*).
+        x = torch.randn(1, 2, 8, 16)
+        f = torch.compile(lambda q, s: fa_course.attention(q, q, q, scale=s), fullgraph=True, backend="aot_eager")
+        self.assertLess(max_err(f(x, 0.3), fa_course.attention(x, x, x, scale=0.3)), 1e-6)
+
     def test_library_message_reaches_python(self):
         # A check only the C library makes (its block buffers vs the memory) raises its own line.
         from fa_course import _lib
