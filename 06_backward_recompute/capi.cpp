@@ -53,10 +53,11 @@ int check_dtype(int dtype) {
   return FA06_OK;
 }
 
-// "auto" is the measured default for the head dim and dtype on the current GPU.
-std::string resolve(const char* kernel, int64_t d, int dtype) {
-  const std::string k = kernel;
-  return k == "auto" ? fa06::default_backward_kernel(d, static_cast<fa::DType>(dtype)) : k;
+// The plan of `kernel` ("auto": the measured default for the head dim and dtype on the current
+// GPU, fa06::default_backward_kernel, which the plan resolves) at head dim d: the kernel that runs,
+// the width it runs at, and why (fa06_runs, fa06_runs_width, fa06_runs_note).
+fa06::BwdPlan plan_for(const char* kernel, int64_t d, int dtype) {
+  return fa06::backward_plan(kernel, make(1, 1, 1, 1, 1, d, 0, 0.f), static_cast<fa::DType>(dtype));
 }
 
 // A usable GPU (one exists, compute capability >= 8.0), or FA06_CUDA_ERROR with the reason.
@@ -164,7 +165,7 @@ int fa06_backward(const char* kernel, const void* Q, const void* K, const void* 
   std::string k;
   // What needs no GPU first (the problem, the kernel), then the GPU and the pointers.
   if (int s = guarded([&] {
-        k = resolve(kernel, d, dtype);
+        k = kernel;
         fa06::backward_plan(k, p, t, {}, 90);
       }))
     return s;
@@ -180,7 +181,7 @@ int fa06_workspace_bytes(const char* kernel, int64_t B, int64_t H, int64_t H_kv,
   if (int s = check_dtype(dtype)) return s;
   const fa::AttnProblem p = make(B, H, H_kv, N_q, N_k, d, causal, 0.f);
   return guarded([&] {
-    *bytes = fa06::backward_plan(resolve(kernel, d, dtype), p, static_cast<fa::DType>(dtype)).workspace_bytes;
+    *bytes = fa06::backward_plan(kernel, p, static_cast<fa::DType>(dtype)).workspace_bytes;
   });
 }
 
@@ -193,12 +194,39 @@ const char* fa06_runs(const char* kernel, int64_t d, int dtype) {
   if (check_dtype(dtype) != FA06_OK) return nullptr;
   const char* runs = nullptr;
   guarded([&] {
-    const std::string name =
-        fa06::backward_plan(resolve(kernel, d, dtype), make(1, 1, 1, 1, 1, d, 0, 0.f), static_cast<fa::DType>(dtype)).runs;
+    const std::string name = plan_for(kernel, d, dtype).runs;
     for (const std::string& n : fa06::backward_kernels())
       if (n == name) runs = n.c_str();  // the list's own storage: valid for the process
   });
   return runs;
+}
+
+int64_t fa06_runs_width(const char* kernel, int64_t d, int dtype) {
+  g_error.clear();
+  if (!kernel) {
+    fail(FA06_INVALID_ARGUMENT, "--bwd-kernel: expected a name, found NULL");
+    return -1;
+  }
+  if (check_dtype(dtype) != FA06_OK) return -1;
+  int64_t width = -1;
+  guarded([&] { width = plan_for(kernel, d, dtype).d_kernel; });
+  return width;
+}
+
+const char* fa06_runs_note(const char* kernel, int64_t d, int dtype) {
+  g_error.clear();
+  if (!kernel) {
+    fail(FA06_INVALID_ARGUMENT, "--bwd-kernel: expected a name, found NULL");
+    return nullptr;
+  }
+  if (check_dtype(dtype) != FA06_OK) return nullptr;
+  thread_local std::string note;
+  const char* out = nullptr;
+  guarded([&] {
+    note = plan_for(kernel, d, dtype).note;
+    out = note.c_str();
+  });
+  return out;
 }
 
 int fa06_kernel_count(void) { return int(fa06::backward_kernels().size()); }
@@ -221,6 +249,18 @@ int fa06_workspace_bytes(const char*, int64_t, int64_t, int64_t, int64_t, int64_
 }
 
 const char* fa06_runs(const char*, int64_t, int) {
+  g_error.clear();
+  no_gpu();
+  return nullptr;
+}
+
+int64_t fa06_runs_width(const char*, int64_t, int) {
+  g_error.clear();
+  no_gpu();
+  return -1;
+}
+
+const char* fa06_runs_note(const char*, int64_t, int) {
   g_error.clear();
   no_gpu();
   return nullptr;

@@ -49,7 +49,9 @@ FA06_API int fa06_backward_cpu(const float* Q, const float* K, const float* V, c
 /* ---- GPU (runner_bwd.hpp), device pointers ---------------------------------------------------- */
 
 /* The same gradients with GPU kernel `kernel` ("gpu_v1", "gpu_v2", ... fa06_kernel_name; "auto"
- * for fa06_default_kernel's choice) on `stream` (a cudaStream_t; NULL: the default stream).
+ * for the fastest measured for this GPU, d and dtype, which fa06_runs names) on `stream` (a
+ * cudaStream_t; NULL: the default stream). Any d up to 256 runs on the tensor cores in fp16/bf16
+ * (fa06_runs_width: the native width it is zero-padded to).
  * Q ... dV in `dtype` (enum fa06_dtype), LSE float32; device memory, 16-byte aligned (as
  * cudaMalloc's and PyTorch's allocations are). Returns when the work is queued, not done. The
  * workspace (fa06_workspace_bytes) is taken from and given back to a stream-ordered pool. */
@@ -59,15 +61,25 @@ FA06_API int fa06_backward(const char* kernel, const void* Q, const void* K, con
                            int causal, float scale, void* stream);
 
 /* Bytes of GPU workspace fa06_backward takes for this problem (D, and dQ's float32 accumulator
- * for the tensor-core kernels), written to *bytes. Needs no GPU. */
+ * for the tensor-core kernels, and the zero-padded copies of Q, K, V, dO, dK, dV where d is not a
+ * native width: fa06_runs_width), written to *bytes. Needs no GPU. */
 FA06_API int fa06_workspace_bytes(const char* kernel, int64_t B, int64_t H, int64_t H_kv, int64_t N_q,
                                   int64_t N_k, int64_t d, int dtype, int causal, int64_t* bytes);
 
 /* The kernel that really runs when `kernel` is asked for this head dim and dtype on the current
- * GPU (or, without one, a Hopper): `kernel` itself, a fallback (e.g. "gpu_v1" where a
- * tensor-core kernel does not cover d), or for "auto" the fastest measured. NULL (and
- * fa06_last_error()) for an unknown kernel, a bad d or dtype, or a build without CUDA. */
+ * GPU (or, without one, a Hopper): `kernel` itself, a fallback (e.g. "gpu_v1" in fp32, "gpu_v3"
+ * for "gpu_v2" above d = 128), or for "auto" the fastest measured. NULL (and fa06_last_error())
+ * for an unknown kernel, a bad d or dtype, or a build without CUDA. */
 FA06_API const char* fa06_runs(const char* kernel, int64_t d, int dtype);
+
+/* The head dim that kernel runs at: d itself (gpu_v1), or the native width the tensor-core
+ * kernels are compiled for (32, 64, 96, 128, 192, 256) that d is zero-padded to (d = 80 runs at
+ * 96). -1 (and fa06_last_error()) where fa06_runs gives NULL. */
+FA06_API int64_t fa06_runs_width(const char* kernel, int64_t d, int dtype);
+
+/* Why: auto's reason, a fallback's, the padding ("" if nothing to say), in one line; valid until
+ * this thread's next call of it. NULL (and fa06_last_error()) where fa06_runs gives NULL. */
+FA06_API const char* fa06_runs_note(const char* kernel, int64_t d, int dtype);
 
 /* The GPU kernels, in course order: i from 0 to fa06_kernel_count() - 1 (0 without CUDA). */
 FA06_API int fa06_kernel_count(void);

@@ -5,9 +5,11 @@
 //   --threads T      OpenMP threads         (default: all)
 //   --device D       cpu (default) or gpu: a stage 05 forward and a GPU backward (runner_bwd.hpp);
 //                    built only where nvcc is
-//   --bwd-kernel K   with --device gpu: gpu_v1, gpu_v2, gpu_v3, gpu_v4 or a _det variant (default: the
-//                    fastest measured, fa06::default_backward_kernel; in fp16/bf16 the forward is
-//                    stage 05's v7, which runs v5 off sm_90)
+//   --bwd-kernel K   with --device gpu: auto (default: the fastest measured for this GPU, d and
+//                    dtype, fa06::default_backward_kernel), gpu_v1, gpu_v2, gpu_v3, gpu_v4 or a _det
+//                    variant; any d runs on the tensor cores in fp16/bf16 (the next native width,
+//                    zero-padded: the report says so); the forward is stage 05's v7 there, which
+//                    runs v5 off sm_90
 #include "cli.hpp"
 #include "stage_06.hpp"
 #ifdef FA06_GPU
@@ -36,7 +38,7 @@ int main(int argc, char** argv) {
       stage.idea = g.idea;
       stage.backward = g.backward;
       stage.precheck = [&](const fa::AttnProblem& p, const fa::Inputs*, fa::DType dt) {
-        fa06::backward_plan(resolve_backward_kernel(bwd_kernel, p, dt), p, dt);
+        fa06::backward_plan(resolve_backward_kernel(bwd_kernel), p, dt);
         fa::require_gpu();
         gpu_dtype = dt;
       };
@@ -57,24 +59,28 @@ int main(int argc, char** argv) {
 #ifdef FA06_GPU
     app.add_option("--device", device, "cpu (default) or gpu (a stage 05 forward + a GPU backward)")
         ->check(CLI::IsMember({"cpu", "gpu"}));
+    std::vector<std::string> names = fa06::backward_kernels();
+    names.insert(names.begin(), "auto");
     app.add_option("--bwd-kernel", bwd_kernel,
-                   "with --device gpu: a GPU backward (gpu_v1, gpu_v2, gpu_v3, gpu_v4, _det variants; default: fa06::default_backward_kernel: gpu_v1 in fp32, gpu_v4 at d = 128 (gpu_v3 off sm_90), else gpu_v2)")
-        ->check(CLI::IsMember(fa06::backward_kernels()));
+                   "with --device gpu: auto (default: the fastest measured for this GPU, d and dtype; gpu_v1 in fp32), "
+                   "gpu_v1, gpu_v2, gpu_v3, gpu_v4, or a _det variant of the last three")
+        ->check(CLI::IsMember(names));
 #endif
   },
-  // On the GPU: which backward ran and how (a kernel asked for may fall back to gpu_v1: said here).
+  // On the GPU: which backward ran and how (auto's choice, a fallback, the padded width: the note says why).
   [&](const fa::Inputs& in, nlohmann::json& report, std::ostream& text) {
 #ifdef FA06_GPU
     if (device != "gpu") return;
-    const std::string k = resolve_backward_kernel(bwd_kernel, in.p, gpu_dtype);
+    const std::string k = resolve_backward_kernel(bwd_kernel);
     const fa06::BwdPlan pl = fa06::backward_plan(k, in.p, gpu_dtype);
-    report["backward"]["kernel"] = {{"name", k}, {"runs", pl.runs}, {"note", pl.note}, {"Br", pl.Br}, {"Bc", pl.Bc},
-                                    {"keys_per_warp", pl.keys_per_warp}, {"threads", pl.threads},
+    report["backward"]["kernel"] = {{"name", k}, {"runs", pl.runs}, {"note", pl.note}, {"d", in.p.d},
+                                    {"d_kernel", pl.d_kernel}, {"Br", pl.Br}, {"Bc", pl.Bc},
+                                    {"keys_per_warp", pl.keys_per_warp}, {"stages", pl.stages}, {"threads", pl.threads},
                                     {"blocks", pl.blocks_dkdv}, {"smem_bytes", pl.smem_dkdv},
-                                    {"workspace_bytes", pl.workspace_bytes}};
-    text << "  bwd kern : " << pl.runs << " on " << fa::gpu_description() << "; " << pl.blocks_dkdv << " thread blocks of "
-         << pl.threads << " threads, " << pl.smem_dkdv << " bytes of shared memory each, Br = " << pl.Br
-         << ", Bc = " << pl.Bc << "\n";
+                                    {"workspace_bytes", pl.workspace_bytes}, {"pad_bytes", pl.pad_bytes}};
+    text << "  bwd kern : " << pl.runs << (k != pl.runs ? " (asked: " + k + ")" : "") << " at d = " << pl.d_kernel
+         << " on " << fa::gpu_description() << "; " << pl.blocks_dkdv << " thread blocks of " << pl.threads
+         << " threads, " << pl.smem_dkdv << " bytes of shared memory each, Br = " << pl.Br << ", Bc = " << pl.Bc << "\n";
     if (!pl.note.empty()) text << "  note     : " << pl.note << "\n";
 #else
     (void)in, (void)report, (void)text;

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <climits>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "check.hpp"
 #include "device_buffer.hpp"
@@ -14,6 +16,7 @@
 #include "kernels/bwd_v3_split.cuh"
 #include "kernels/bwd_v4_wgmma.cuh"
 #include "gpu.hpp"
+#include "pad_columns.hpp"
 #include "runner_bwd.hpp"
 
 namespace fa06 {
@@ -60,23 +63,85 @@ void with_type(fa::DType dtype, Go&& go) {
   }
 }
 
-// Calls go(D, W, kM) as integral constants for a compiled gpu_v2 shape at head dim d; throws for
-// any other (backward_plan() refuses those first: reaching the throw means the two disagree).
+// Calls go(integral_constant<int, D>) for a native width D (native_widths()).
 template <class Go>
-void with_shape(int64_t d, const BwdShape& sh, Go&& go) {
+void with_width(int64_t D, Go&& go) {
+  using std::integral_constant;
+  switch (D) {
+    case 32: return go(integral_constant<int, 32>{});
+    case 64: return go(integral_constant<int, 64>{});
+    case 96: return go(integral_constant<int, 96>{});
+    case 128: return go(integral_constant<int, 128>{});
+    case 192: return go(integral_constant<int, 192>{});
+    case 256: return go(integral_constant<int, 256>{});
+  }
+  throw fa::InputError("--head-dim", "a native width (backward_plan() and with_width() disagree)", std::to_string(D));
+}
+
+// Calls go(W, kM) as integral constants for a compiled gpu_v2 shape at native width D (W warps of
+// kM mma row tiles of keys: the shapes of bwd_shapes); throws for any other (backward_plan()
+// refuses those first: reaching the throw means the two disagree).
+template <int D, class Go>
+void with_shape(const BwdShape& sh, Go&& go) {
   using std::integral_constant;
   const int64_t W = sh.Bc / sh.keys_per_warp, kM = sh.keys_per_warp / 16;
-  if (d == 64) {
-    if (W == 4 && kM == 1) return go(integral_constant<int, 64>{}, integral_constant<int, 4>{}, integral_constant<int, 1>{});
-    if (W == 8 && kM == 1) return go(integral_constant<int, 64>{}, integral_constant<int, 8>{}, integral_constant<int, 1>{});
-    if (W == 4 && kM == 2) return go(integral_constant<int, 64>{}, integral_constant<int, 4>{}, integral_constant<int, 2>{});
-  } else {
-    if (W == 4 && kM == 1) return go(integral_constant<int, 128>{}, integral_constant<int, 4>{}, integral_constant<int, 1>{});
-    if (W == 8 && kM == 1) return go(integral_constant<int, 128>{}, integral_constant<int, 8>{}, integral_constant<int, 1>{});
+  if constexpr (D <= 128) {
+    if (W == 4 && kM == 1) return go(integral_constant<int, 4>{}, integral_constant<int, 1>{});
+    if (W == 8 && kM == 1) return go(integral_constant<int, 8>{}, integral_constant<int, 1>{});
+    if constexpr (D <= 64)
+      if (W == 4 && kM == 2) return go(integral_constant<int, 4>{}, integral_constant<int, 2>{});
   }
   throw fa::InputError("shape (fa06::BwdShape)", "a compiled gpu_v2 shape",
                        "Bc " + std::to_string(sh.Bc) + ", " + std::to_string(sh.keys_per_warp) + " keys per warp at d = " +
-                           std::to_string(d) + " (backward_plan() and with_shape() disagree)");
+                           std::to_string(D) + " (backward_plan() and with_shape() disagree)");
+}
+
+// gpu_v2's shared memory at native width D for a shape of bwd_shapes (64 or 128 keys a block).
+int64_t v2_smem(int64_t D, int64_t Bc) {
+  int64_t bytes = 0;
+  with_width(D, [&](auto dh) {
+    constexpr int Dh = decltype(dh)::value;
+    bytes = Bc == 64 ? bwd_v2::smem_bytes<Dh, 64>() : bwd_v2::smem_bytes<Dh, 128>();
+  });
+  return bytes;
+}
+// gpu_v3's shape at native width D: keys a block, shared memory with one or two stages.
+int64_t v3_bc(int64_t D) {
+  int64_t bc = 0;
+  with_width(D, [&](auto dh) { bc = bwd_v3::Shape<decltype(dh)::value>::Bc; });
+  return bc;
+}
+int64_t v3_smem(int64_t D, int64_t stages) {
+  int64_t bytes = 0;
+  with_width(D, [&](auto dh) {
+    constexpr int Dh = decltype(dh)::value;
+    bytes = stages == 1 ? bwd_v3::smem_bytes<Dh, 1>() : bwd_v3::smem_bytes<Dh, 2>();
+  });
+  return bytes;
+}
+// gpu_v3's stages at native width D under a shared-memory limit: two where they fit; else one,
+// compiled for D >= 128 only (below, two fit 163 KiB: 141 KiB at D = 96).
+int64_t v3_stages(int64_t D, int64_t smem_limit) { return D >= 128 && v3_smem(D, 2) > smem_limit ? 1 : 2; }
+
+std::string kib(int64_t bytes) { return std::to_string((bytes + 1023) / 1024) + " KiB"; }
+
+// auto's choice (default_backward_kernel) and why, for the plan's note.
+std::pair<std::string, std::string> choose(int64_t d, fa::DType dtype, int64_t smem_limit, int sm) {
+  if (dtype == fa::DType::fp32) return {"gpu_v1", "gpu_v1, the only float32 backward"};
+  const int64_t D = native_width(d);
+  const std::string at = " at d = " + std::to_string(D);
+  if (D == 32) return {"gpu_v2", "gpu_v2, 32 keys a warp: a guess" + at + " (never measured), d = 64's winner"};
+  if (D == 64) return {"gpu_v2", "gpu_v2, 32 keys a warp, the fastest measured" + at + " (H200, bench_06_backward_gpu)"};
+  if (D == 96) return {"gpu_v3", "gpu_v3: a guess" + at + " (never measured), as at d = 128 where it beat gpu_v2"};
+  if (D == 128) {
+    if (v4_runs_on(sm) && bwd_v4::smem_bytes<128>() <= smem_limit)
+      return {"gpu_v4", "gpu_v4, the fastest measured" + at + " (H200, bench_06_backward_gpu)"};
+    if (v3_smem(128, 2) <= smem_limit)
+      return {"gpu_v3", "gpu_v3, the fastest measured" + at + " without gpu_v4 (it needs sm_90 and sm_90a code)"};
+    return {"gpu_v2", "gpu_v2: gpu_v3's " + kib(v3_smem(128, 2)) + " of shared memory do not fit this GPU's " +
+                          kib(smem_limit) + " (a guess: gpu_v3 with one stage was never measured)"};
+  }
+  return {"gpu_v3", "gpu_v3, 64 keys a block, the only tensor-core backward" + at};
 }
 
 }  // namespace
@@ -86,51 +151,88 @@ const std::vector<std::string>& backward_kernels() {
   return k;
 }
 
+const std::vector<int64_t>& native_widths() {
+  static const std::vector<int64_t> w = {32, 64, 96, 128, 192, 256};
+  return w;
+}
+
+int64_t native_width(int64_t d) {
+  for (int64_t D : native_widths())
+    if (d <= D) return D;
+  throw fa::InputError("--head-dim", "at most 256 for the GPU backward", std::to_string(d));
+}
+
+int64_t smem_optin_bytes(int sm) {
+  if (sm <= 0) {
+    const long long here = fa::gpu_smem_optin_bytes();
+    return here > 0 ? here : 227 * 1024;
+  }
+  if (sm == 90 || sm == 100 || sm == 103) return 227 * 1024;
+  if (sm == 80 || sm == 87) return 163 * 1024;
+  return 99 * 1024;
+}
+
 std::string default_backward_kernel(int64_t d, fa::DType dtype, int64_t smem_limit, int sm) {
-  if (dtype == fa::DType::fp32) return "gpu_v1";
-  if (d != 128) return "gpu_v2";
-  if (v4_runs_on(sm) && bwd_v4::smem_bytes<128>() <= smem_limit) return "gpu_v4";
-  return bwd_v3::smem_bytes<128>() <= smem_limit ? "gpu_v3" : "gpu_v2";
+  return choose(d, dtype, smem_limit > 0 ? smem_limit : smem_optin_bytes(sm), sm).first;
 }
 
 std::vector<BwdShape> bwd_shapes(int64_t d) {
-  if (d == 64) return {{64, 16}, {128, 16}, {128, 32}};
-  if (d == 128) return {{64, 16}, {128, 16}};
-  return {};
+  if (d < 1 || d > 128) return {};
+  if (native_width(d) <= 64) return {{64, 16}, {128, 16}, {128, 32}};
+  return {{64, 16}, {128, 16}};
 }
 
-BwdShape default_bwd_shape(int64_t d) { return d == 64 ? BwdShape{128, 32} : BwdShape{128, 16}; }
+BwdShape default_bwd_shape(int64_t d) { return d <= 64 ? BwdShape{128, 32} : BwdShape{128, 16}; }
 
 BwdPlan backward_plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, BwdShape shape, int sm) {
   const auto& ks = backward_kernels();
-  if (std::find(ks.begin(), ks.end(), kernel) == ks.end())
-    throw fa::InputError("--bwd-kernel", "gpu_v1, gpu_v2, gpu_v3, gpu_v4 or a _det variant of the last three", "'" + kernel + "'");
+  if (kernel != "auto" && std::find(ks.begin(), ks.end(), kernel) == ks.end())
+    throw fa::InputError("--bwd-kernel", "auto, gpu_v1, gpu_v2, gpu_v3, gpu_v4 or a _det variant of the last three",
+                         "'" + kernel + "'");
   fa::validate(p);
   if (p.d > 256) throw fa::InputError("--head-dim", "at most 256 for the GPU backward", std::to_string(p.d));
   const bool asked = shape.Bc != 0 || shape.keys_per_warp != 0;
   const bool det = is_det(kernel);
-  if (asked && kernel != "gpu_v2" && kernel != "gpu_v2_det")
-    throw fa::InputError("shape (fa06::BwdShape)", "no block choice for " + kernel, std::to_string(shape.Bc));
+  const std::string suffix = det ? "_det" : "";
+  const int64_t D = native_width(p.d);
+  const int64_t smem_limit = kernel != "gpu_v1" ? smem_optin_bytes(sm) : 0;  // sm 0: the device's own
+  std::vector<std::string> why;  // the note's parts
   BwdPlan pl;
   pl.runs = kernel;
-  if (kernel != "gpu_v1" && (dtype == fa::DType::fp32 || bwd_shapes(p.d).empty())) {
+  if (kernel == "auto") {
+    const auto [k, reason] = choose(p.d, dtype, smem_limit, sm);
+    pl.runs = k;
+    why.push_back("auto: " + reason);
+  } else if (kernel != "gpu_v1" && dtype == fa::DType::fp32) {
     pl.runs = "gpu_v1";
-    pl.note = kernel + " runs fp16/bf16 at d = 64 and 128; gpu_v1 runs this one";
+    why.push_back(kernel + " runs fp16/bf16; gpu_v1 runs float32");
   } else if (is_v4(kernel)) {
-    if (sm == 0) sm = fa::gpu_compute_capability();
-    const std::string suffix = det ? "_det" : "";
-    if (p.d != 128) {
-      pl.runs = "gpu_v2" + suffix;
-      pl.note = kernel + " runs d = 128 only (at d = 64 gpu_v2's 32 keys a warp is the faster design): ran " + pl.runs;
+    if (D != 128) {
+      // At the other widths auto's choice between gpu_v2 and gpu_v3 (d = 64: gpu_v2's 32 keys a
+      // warp, the faster design there).
+      pl.runs = choose(p.d, dtype, smem_limit, sm).first + suffix;
+      why.push_back(kernel + " runs d = 128 only: ran " + pl.runs + ", auto's choice at d = " + std::to_string(D));
     } else if (!v4_runs_on(sm)) {
+      if (sm == 0) sm = fa::gpu_compute_capability();
       pl.runs = "gpu_v3" + suffix;
-      pl.note = !kHaveSm90a ? kernel + " needs a build for sm_90a (wgmma); this one has none: ran " + pl.runs
-                       : kernel + " runs on sm_90 only (wgmma); ran " + pl.runs + " on this sm_" + std::to_string(sm) + " GPU";
+      why.push_back(!kHaveSm90a ? kernel + " needs a build for sm_90a (wgmma); this one has none: ran " + pl.runs
+                                : kernel + " runs on sm_90 only (wgmma); ran " + pl.runs + " on this sm_" + std::to_string(sm) +
+                                      " GPU");
     }
+  } else if (!is_v3(kernel) && kernel != "gpu_v1" && D > 128) {
+    pl.runs = "gpu_v3" + suffix;
+    why.push_back(kernel + " runs d <= 128 (at d = " + std::to_string(D) +
+                  " dK_j and dV_j of 16 keys would take " + std::to_string(D) +
+                  " registers a lane: ptxas spills): ran " + pl.runs + ", the head dims split among its warps");
   }
-  const bool v3 = is_v3(pl.runs), v4 = is_v4(pl.runs);
-  const int64_t blocks_d = ceil_div(p.lse_elems(), 8);  // row_dots_kernel: 8 rows per block
-  if (pl.runs == "gpu_v1") {
+  if (asked && pl.runs != "gpu_v2" && pl.runs != "gpu_v2_det")
+    throw fa::InputError("shape (fa06::BwdShape)", "no block choice for " + pl.runs + (pl.runs != kernel ? " (" + kernel + " runs it here)" : ""),
+                         std::to_string(shape.Bc));
+  const bool v1 = pl.runs == "gpu_v1", v3 = is_v3(pl.runs), v4 = is_v4(pl.runs);
+  pl.d_kernel = v1 ? p.d : D;
+  const int64_t q_rows = p.lse_elems(), kv_rows = p.B * p.H_kv * p.N_k;
+  const int64_t blocks_d = ceil_div(q_rows, 8);  // row_dots_kernel: 8 rows per block
+  if (v1) {
     const int64_t B = p.d <= 64 ? 64 : 32;
     pl.Br = std::min(B, p.N_q);
     pl.Bc = std::min(B, p.N_k);
@@ -140,30 +242,34 @@ BwdPlan backward_plan(const std::string& kernel, const fa::AttnProblem& p, fa::D
     const bwd_v1::Layout L{int(pl.Br), int(pl.Bc), int(p.d)};
     pl.smem_dkdv = 4 * int64_t(L.pass1_floats());
     pl.smem_dq = 4 * int64_t(L.pass2_floats());
-    pl.workspace_bytes = 4 * p.lse_elems();
+    pl.workspace_bytes = 4 * q_rows;
   } else if (v4) {
     pl.Bc = bwd_v4::Bc;
     pl.keys_per_warp = 16;
     pl.Br = bwd_v2::Br;
+    pl.stages = 2;
     pl.threads = bwd_v4::kThreads;
     pl.blocks_dkdv = p.B * p.H_kv * ceil_div(p.N_k, pl.Bc);
     pl.smem_dkdv = bwd_v4::smem_bytes<128>();
   } else if (v3) {
-    pl.Bc = bwd_v3::Bc;
+    pl.Bc = v3_bc(D);
     pl.keys_per_warp = 32;
     pl.Br = bwd_v2::Br;
+    pl.stages = v3_stages(D, smem_limit);
     pl.threads = bwd_v3::kThreads;
     pl.blocks_dkdv = p.B * p.H_kv * ceil_div(p.N_k, pl.Bc);
-    pl.smem_dkdv = p.d == 64 ? bwd_v3::smem_bytes<64>() : bwd_v3::smem_bytes<128>();
+    pl.smem_dkdv = v3_smem(D, pl.stages);
+    if (pl.stages == 1)
+      why.push_back("one stage: two (" + kib(v3_smem(D, 2)) + " of shared memory) do not fit this GPU's " + kib(smem_limit));
   } else {
-    BwdShape sh = default_bwd_shape(p.d);
+    BwdShape sh = default_bwd_shape(D);
     if (asked) {
-      const std::vector<BwdShape> ok = bwd_shapes(p.d);
+      const std::vector<BwdShape> ok = bwd_shapes(D);
       if (std::none_of(ok.begin(), ok.end(),
                        [&](const BwdShape& s) { return s.Bc == shape.Bc && s.keys_per_warp == shape.keys_per_warp; })) {
         std::string list;
         for (const BwdShape& s : ok) list += (list.empty() ? "" : ", ") + std::to_string(s.Bc) + "/" + std::to_string(s.keys_per_warp);
-        throw fa::InputError("shape (fa06::BwdShape)", "a compiled gpu_v2 shape at d = " + std::to_string(p.d) + " (Bc/keys per warp: " + list + ")",
+        throw fa::InputError("shape (fa06::BwdShape)", "a compiled gpu_v2 shape at d = " + std::to_string(D) + " (Bc/keys per warp: " + list + ")",
                              std::to_string(shape.Bc) + "/" + std::to_string(shape.keys_per_warp));
       }
       sh = shape;
@@ -171,13 +277,25 @@ BwdPlan backward_plan(const std::string& kernel, const fa::AttnProblem& p, fa::D
     pl.Bc = sh.Bc;
     pl.keys_per_warp = sh.keys_per_warp;
     pl.Br = bwd_v2::Br;
+    pl.stages = 2;
     pl.threads = 32 * sh.Bc / sh.keys_per_warp;
     pl.blocks_dkdv = p.B * p.H_kv * ceil_div(p.N_k, pl.Bc);
-    pl.smem_dkdv = p.d == 64 ? (sh.Bc == 64 ? bwd_v2::smem_bytes<64, 64>() : bwd_v2::smem_bytes<64, 128>())
-                             : (sh.Bc == 64 ? bwd_v2::smem_bytes<128, 64>() : bwd_v2::smem_bytes<128, 128>());
+    pl.smem_dkdv = v2_smem(D, sh.Bc);
   }
-  if (pl.runs != "gpu_v1")  // D, dQ's float32 accumulator, the deterministic variants' turns
-    pl.workspace_bytes = 4 * p.lse_elems() + 4 * p.q_elems() + (det ? 4 * (p.B * p.H * ceil_div(p.N_q, bwd_v2::Br) + 1) : 0);
+  if (!v1) {  // D, dQ's float32 accumulator (at d_kernel), the deterministic variants' turns
+    pl.workspace_bytes = 4 * q_rows + 4 * q_rows * D + (det ? 4 * (p.B * p.H * ceil_div(p.N_q, bwd_v2::Br) + 1) : 0);
+    if (D > p.d) {
+      fa::AttnProblem pp = p;  // the padded problem: its element counts must be valid too
+      pp.d = D;
+      fa::validate(pp);
+      pl.pad_bytes = fa::dtype_bytes(dtype) * (2 * q_rows + 4 * kv_rows) * D;
+      pl.workspace_bytes += pl.pad_bytes;
+      why.push_back("d = " + std::to_string(p.d) + " runs at the native width " + std::to_string(D) + ": Q, K, V, dO copied with " +
+                    std::to_string(D - p.d) + " zero columns, dK, dV copied back without them, dQ converted without them (+" +
+                    std::to_string(pl.pad_bytes) + " bytes of workspace)");
+    }
+  }
+  for (const std::string& w : why) pl.note += (pl.note.empty() ? "" : "; ") + w;
   if (std::max({pl.blocks_dkdv, pl.blocks_dq, blocks_d}) > INT_MAX)
     throw fa::InputError("--batch/--heads/--seq-q", "at most 2^31 - 1 thread blocks",
                          std::to_string(std::max({pl.blocks_dkdv, pl.blocks_dq, blocks_d})));
@@ -203,9 +321,11 @@ void run_v1(const BwdPlan& pl, const fa::AttnProblem& p, const T* q, const T* k,
   FA_CUDA_CHECK(cudaGetLastError());
 }
 
-// gpu_v2, gpu_v3 and gpu_v4 (and their deterministic variants): the main kernel, then dQ's conversion.
+// gpu_v2, gpu_v3 and gpu_v4 (and their deterministic variants): the main kernel, then dQ's
+// conversion. p: the problem the kernel runs (the padded one: p.d = pl.d_kernel), d_out: dQ's row
+// length (the real d; p.d when nothing is padded).
 template <class T>
-void run_tensor_cores(const BwdPlan& pl, bool det, const fa::AttnProblem& p, const T* q, const T* k,
+void run_tensor_cores(const BwdPlan& pl, bool det, const fa::AttnProblem& p, int64_t d_out, const T* q, const T* k,
                       const T* v, const T* g, const float* LSE, const float* D, T* dQ, T* dK, T* dV,
                       cudaStream_t stream) {
   // dQ's float32 accumulator (and the turns of the deterministic variants) start at zero.
@@ -220,20 +340,28 @@ void run_tensor_cores(const BwdPlan& pl, bool det, const fa::AttnProblem& p, con
         q, k, v, g, LSE, D, dK, dV, dQacc.get(), turn.get(), p, p.resolved_scale(), ceil_div(p.N_k, pl.Bc));
     FA_CUDA_CHECK(cudaGetLastError());
   };
-  if (is_v4(pl.runs)) {
-    det ? launch(bwd_v4::dk_dv_dq_kernel<T, 128, true>) : launch(bwd_v4::dk_dv_dq_kernel<T, 128, false>);
-  } else if (is_v3(pl.runs)) {
-    if (p.d == 64) det ? launch(bwd_v3::dk_dv_dq_kernel<T, 64, true>) : launch(bwd_v3::dk_dv_dq_kernel<T, 64, false>);
-    else det ? launch(bwd_v3::dk_dv_dq_kernel<T, 128, true>) : launch(bwd_v3::dk_dv_dq_kernel<T, 128, false>);
-  } else {
-    with_shape(p.d, {pl.Bc, pl.keys_per_warp}, [&](auto dh, auto w, auto km) {
-      constexpr int Dh = decltype(dh)::value, W = decltype(w)::value, kM = decltype(km)::value;
-      det ? launch(bwd_v2::dk_dv_dq_kernel<T, Dh, W, kM, true>) : launch(bwd_v2::dk_dv_dq_kernel<T, Dh, W, kM, false>);
-    });
-  }
-  // dQ = scale dQacc in T.
-  bwd_v2::dq_convert_kernel<T><<<unsigned(std::min<int64_t>(ceil_div(p.q_elems(), 256), 4096)), 256, 0, stream>>>(
-      dQacc.get(), dQ, p.q_elems(), p.resolved_scale());
+  with_width(p.d, [&](auto dh) {
+    constexpr int Dh = decltype(dh)::value;
+    if (is_v4(pl.runs)) {
+      if constexpr (Dh == 128) return det ? launch(bwd_v4::dk_dv_dq_kernel<T, 128, true>) : launch(bwd_v4::dk_dv_dq_kernel<T, 128, false>);
+    } else if (is_v3(pl.runs)) {
+      if constexpr (Dh >= 128)  // one stage: compiled where two may not fit (an A100's 163 KiB)
+        if (pl.stages == 1)
+          return det ? launch(bwd_v3::dk_dv_dq_kernel<T, Dh, true, 1>) : launch(bwd_v3::dk_dv_dq_kernel<T, Dh, false, 1>);
+      return det ? launch(bwd_v3::dk_dv_dq_kernel<T, Dh, true, 2>) : launch(bwd_v3::dk_dv_dq_kernel<T, Dh, false, 2>);
+    } else {
+      return with_shape<Dh>({pl.Bc, pl.keys_per_warp}, [&](auto w, auto km) {
+        constexpr int W = decltype(w)::value, kM = decltype(km)::value;
+        det ? launch(bwd_v2::dk_dv_dq_kernel<T, Dh, W, kM, true>) : launch(bwd_v2::dk_dv_dq_kernel<T, Dh, W, kM, false>);
+      });
+    }
+    throw fa::InputError("--bwd-kernel", "a kernel compiled at d = " + std::to_string(Dh) +
+                                             " (backward_plan() and run_tensor_cores() disagree)", pl.runs);
+  });
+  // dQ = scale dQacc in T, without the padded columns.
+  const int64_t rows = p.lse_elems();
+  bwd_v2::dq_convert_kernel<T><<<unsigned(std::min<int64_t>(ceil_div(rows * d_out, 256), 4096)), 256, 0, stream>>>(
+      dQacc.get(), dQ, rows, int(d_out), int(p.d), p.resolved_scale());
   FA_CUDA_CHECK(cudaGetLastError());
   // dQacc and the turns go back to the stream-ordered pool after the kernels that use them.
 }
@@ -242,8 +370,8 @@ void run_tensor_cores(const BwdPlan& pl, bool det, const fa::AttnProblem& p, con
 
 void backward(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const void* Q,
               const void* K, const void* V, const void* O, const void* dO, const float* LSE, void* dQ,
-              void* dK, void* dV, cudaStream_t stream, BwdShape shape) {
-  const BwdPlan pl = backward_plan(kernel, p, dtype, shape);
+              void* dK, void* dV, cudaStream_t stream, BwdShape shape, int sm) {
+  const BwdPlan pl = backward_plan(kernel, p, dtype, shape, sm);
   with_type(dtype, [&](auto zero) {
     using T = decltype(zero);
     const auto* q = static_cast<const T*>(Q);
@@ -251,6 +379,7 @@ void backward(const std::string& kernel, const fa::AttnProblem& p, fa::DType dty
     const auto* v = static_cast<const T*>(V);
     const auto* g = static_cast<const T*>(dO);
     // D = rowsum(dO * O) (FA2 Alg. 2 line 4): one warp per row, 8 rows per thread block of 256.
+    // At the real d: zero columns would add nothing to it.
     fa::DeviceBuffer<float> D(p.lse_elems(), fa::Mem::Extra, stream);
     bwd_v1::row_dots_kernel<T><<<unsigned(ceil_div(p.lse_elems(), 8)), 256, 0, stream>>>(
         static_cast<const T*>(O), g, D.get(), p.lse_elems(), int(p.d));
@@ -258,8 +387,29 @@ void backward(const std::string& kernel, const fa::AttnProblem& p, fa::DType dty
     if (pl.runs == "gpu_v1") {
       run_v1<T>(pl, p, q, k, v, g, LSE, D.get(), static_cast<T*>(dQ), static_cast<T*>(dK), static_cast<T*>(dV), stream);
     } else if constexpr (!std::is_same_v<T, float>) {
-      run_tensor_cores<T>(pl, is_det(pl.runs), p, q, k, v, g, LSE, D.get(), static_cast<T*>(dQ),
-                          static_cast<T*>(dK), static_cast<T*>(dV), stream);
+      if (pl.d_kernel == p.d) {
+        run_tensor_cores<T>(pl, is_det(pl.runs), p, p.d, q, k, v, g, LSE, D.get(), static_cast<T*>(dQ),
+                            static_cast<T*>(dK), static_cast<T*>(dV), stream);
+        return;
+      }
+      // Padded (runner_bwd.hpp, "Head dims"): the problem at the native width, with the real d's
+      // scale (its own default would be 1/sqrt(d_kernel)); LSE and D as they are.
+      fa::AttnProblem pp = p;
+      pp.d = pl.d_kernel;
+      pp.scale = p.resolved_scale();
+      const int64_t q_rows = p.lse_elems(), kv_rows = p.B * p.H_kv * p.N_k, W = pp.d, e = sizeof(T);
+      fa::DeviceBuffer<T> Qp(q_rows * W, fa::Mem::Extra, stream), dOp(q_rows * W, fa::Mem::Extra, stream),
+          Kp(kv_rows * W, fa::Mem::Extra, stream), Vp(kv_rows * W, fa::Mem::Extra, stream),
+          dKp(kv_rows * W, fa::Mem::Extra, stream), dVp(kv_rows * W, fa::Mem::Extra, stream);
+      fa::pad_columns(q, Qp.get(), q_rows, p.d, W, e, stream);
+      fa::pad_columns(g, dOp.get(), q_rows, p.d, W, e, stream);
+      fa::pad_columns(k, Kp.get(), kv_rows, p.d, W, e, stream);
+      fa::pad_columns(v, Vp.get(), kv_rows, p.d, W, e, stream);
+      run_tensor_cores<T>(pl, is_det(pl.runs), pp, p.d, Qp.get(), Kp.get(), Vp.get(), dOp.get(), LSE, D.get(),
+                          static_cast<T*>(dQ), dKp.get(), dVp.get(), stream);
+      fa::unpad_columns(dKp.get(), dK, kv_rows, W, p.d, e, stream);
+      fa::unpad_columns(dVp.get(), dV, kv_rows, W, p.d, e, stream);
+      // The copies go back to the stream-ordered pool after the kernels that use them.
     }
   });
 }

@@ -8,32 +8,31 @@
 #include "stage.hpp"
 #include "stage_05.hpp"
 
-// The BackwardFn of the GPU backward `asked` (fa06::backward_kernels(); "" = the default for the
-// problem's head dim) in `dtype`, gpu_v2 at `shape` (default: the head dim's). A problem it cannot run is refused (fa06::backward_plan throws InputError) before anything touches the GPU.
-// The kernel `asked` names, or for "" the default for the problem's head dim on this GPU
-// (fa06::default_backward_kernel with the device's shared-memory limit).
-inline std::string resolve_backward_kernel(const std::string& asked, const fa::AttnProblem& p, fa::DType t) {
-  if (!asked.empty()) return asked;
-  const long long smem = fa::gpu_smem_optin_bytes();
-  return smem > 0 ? fa06::default_backward_kernel(p.d, t, smem) : fa06::default_backward_kernel(p.d, t);
+// The kernel name the plan is asked for: `asked` (fa06::backward_kernels() or "auto"), or "auto"
+// for "" (the fastest measured for the problem's head dim and dtype on this GPU,
+// fa06::default_backward_kernel; the plan's note says which and why).
+inline std::string resolve_backward_kernel(const std::string& asked) {
+  return asked.empty() ? "auto" : asked;
 }
 
+// The BackwardFn of the GPU backward `asked` (as resolve_backward_kernel) in `dtype`, gpu_v2 at
+// `shape` (default: the head dim's), planned for compute capability `sm` (0: this GPU; the tests
+// pass 80 to run an A100's choices here). A problem it cannot run is refused (fa06::backward_plan
+// throws InputError) before anything touches the GPU.
 inline fa::BackwardFn stage_06_gpu_backward(const std::string& asked = "gpu_v1", fa::DType t = fa::DType::fp32,
-                                            fa06::BwdShape shape = {}) {
-  auto pick = [asked, t](const fa::AttnProblem& p) { return resolve_backward_kernel(asked, p, t); };
+                                            fa06::BwdShape shape = {}, int sm = 0) {
+  const std::string k = resolve_backward_kernel(asked);
   fa::BackwardFn on_gpu = fa::gpu_backward(
-      [pick, shape](const fa::AttnProblem& p, fa::DType dt, const void* Q, const void* K, const void* V,
-                      const void* O, const void* dO, const float* LSE, void* dQ, void* dK, void* dV,
-                      cudaStream_t stream) {
-        fa06::backward(pick(p), p, dt, Q, K, V, O, dO, LSE, dQ, dK, dV, stream, shape);
-      },
+      [k, shape, sm](const fa::AttnProblem& p, fa::DType dt, const void* Q, const void* K, const void* V,
+                     const void* O, const void* dO, const float* LSE, void* dQ, void* dK, void* dV,
+                     cudaStream_t stream) { fa06::backward(k, p, dt, Q, K, V, O, dO, LSE, dQ, dK, dV, stream, shape, sm); },
       t,
-      [pick, shape](const fa::AttnProblem& p, fa::DType dt) {
-        return fa06::backward_plan(pick(p), p, dt, shape).workspace_bytes;
+      [k, shape, sm](const fa::AttnProblem& p, fa::DType dt) {
+        return fa06::backward_plan(k, p, dt, shape, sm).workspace_bytes;
       });
   return [=](const fa::AttnProblem& p, const float* Q, const float* K, const float* V, const float* O,
              const float* dO, const float* LSE, float* dQ, float* dK, float* dV) {
-    fa06::backward_plan(pick(p), p, t, shape);
+    fa06::backward_plan(k, p, t, shape, sm);
     on_gpu(p, Q, K, V, O, dO, LSE, dQ, dK, dV);
   };
 }
@@ -43,14 +42,14 @@ inline fa::BackwardFn stage_06_gpu_backward(const std::string& asked = "gpu_v1",
 // not run).
 inline fa::ForwardFn stage_06_gpu_forward(fa::DType t) { return stage_05_forward(t == fa::DType::fp32 ? "v1" : "v7", t); }
 
-// The whole stage on the GPU: forward by stage_06_gpu_forward, backward by `kernel` ("" = the
-// default for the head dim).
+// The whole stage on the GPU: forward by stage_06_gpu_forward, backward by `kernel` ("" or
+// "auto": the fastest measured for the head dim, fa06::default_backward_kernel).
 inline fa::Stage stage_06_gpu(const std::string& kernel = "gpu_v1", fa::DType t = fa::DType::fp32) {
   fa::Stage s;
   s.name = "06_backward_recompute";
-  const std::string label = !kernel.empty()            ? kernel
-                            : t == fa::DType::fp32 ? "gpu_v1"
-                                                   : "gpu_v4 at d = 128 (gpu_v3 off sm_90), else gpu_v2";
+  const std::string label = !kernel.empty() && kernel != "auto" ? kernel
+                            : t == fa::DType::fp32              ? "gpu_v1"
+                                                                : "auto: the fastest measured for the head dim";
   s.idea = "backward from O and LSE on the GPU (" + label + ", " + fa::dtype_name(t) +
            "): recompute P block by block, D = rowsum(dO*O)";
   s.forward = stage_06_gpu_forward(t);

@@ -115,6 +115,8 @@ TEST_CASE("06 C ABI: the GPU half refuses before it touches a GPU") {
                         X.data(), 1, 1, 1, 4, 4, 16, 0, 0, 0.f, nullptr) == FA06_UNSUPPORTED);
     CHECK(std::string(fa06_last_error()).find("CUDA") != std::string::npos);
     CHECK(fa06_kernel_count() == 0);
+    CHECK(fa06_runs_width("auto", 64, 2) == -1);
+    CHECK(fa06_runs_note("auto", 64, 2) == nullptr);
     return;
   }
   REQUIRE(fa06_kernel_count() >= 1);
@@ -148,7 +150,19 @@ TEST_CASE("06 C ABI: the GPU half refuses before it touches a GPU") {
   REQUIRE(fa06_workspace_bytes("gpu_v2", 1, 2, 1, 100, 100, 64, 2, 0, &bytes) == FA06_OK);
   CHECK(bytes >= 4 * 2 * 100 + 4 * 2 * 100 * 64);  // D and dQ's float32 accumulator
   CHECK(fa06_workspace_bytes("gpu_v2", 1, 2, 1, 100, 100, 64, 2, 0, nullptr) == FA06_INVALID_ARGUMENT);
-  CHECK(std::string(fa06_runs("gpu_v2", 40, 2)) == "gpu_v1");  // no tensor-core code at d = 40
+  // d = 40 runs gpu_v2 at the native width 64, zero-padded; fp32 runs gpu_v1 at d itself.
+  CHECK(std::string(fa06_runs("gpu_v2", 40, 2)) == "gpu_v2");
+  CHECK(fa06_runs_width("gpu_v2", 40, 2) == 64);
+  CHECK(std::string(fa06_runs_note("gpu_v2", 40, 2)).find("native width 64") != std::string::npos);
+  CHECK(fa06_runs_width("auto", 80, 1) == 96);
+  CHECK(fa06_runs_width("auto", 40, 0) == 40);
+  CHECK(std::string(fa06_runs("auto", 40, 0)) == "gpu_v1");
+  CHECK(std::string(fa06_runs_note("auto", 40, 0)).find("auto") != std::string::npos);
+  CHECK(std::string(fa06_runs("gpu_v2", 200, 2)) == "gpu_v3");  // gpu_v2 runs d <= 128
+  CHECK(fa06_runs_width("gpu_v2", 200, 2) == 256);
+  CHECK(fa06_runs_width("gpu_v1", 300, 2) == -1);
+  CHECK(std::string(fa06_last_error()).find("--head-dim") != std::string::npos);
+  CHECK(fa06_runs_note(nullptr, 64, 2) == nullptr);
   CHECK(std::string(fa06_runs("gpu_v1", 64, 0)) == "gpu_v1");
   CHECK(fa06_runs("auto", 64, 0) != nullptr);
   CHECK(fa06_runs("nope", 64, 2) == nullptr);

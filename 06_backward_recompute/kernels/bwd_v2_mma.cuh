@@ -29,12 +29,14 @@
 // kM, the mma row tiles of keys a warp owns, is 1 or 2: with 2, every B fragment loaded from
 // shared memory (Q_i, dO_i) serves two products instead of one, which matters because the loads,
 // not the tensor cores, bound this kernel (ncu: the shared-memory pipe is the busiest). The price
-// is registers: dK_j and dV_j together take kM D of them a lane, so kM = 2 only at D = 64.
+// is registers: dK_j and dV_j together take kM D of them a lane, so kM = 2 only at D <= 64.
 //
 // Layout as in v1 (common/problem.hpp). dQacc: [B,H,N_q,d] float32, zeroed before the launch;
 // dq_convert_kernel turns it into dQ = scale dQacc in T. Supports T = __half or __nv_bfloat16,
-// D = 64 or 128, W warps of kM row tiles (Bc = 16 kM W keys per block: the shapes of
-// fa06::bwd_shapes); the runner falls back to v1 for the rest.
+// D = 32, 64, 96 or 128 (D a multiple of 16; any other d runs the next of these with zero-padded
+// columns, runner_bwd.cu), W warps of kM row tiles (Bc = 16 kM W keys per block: the shapes of
+// fa06::bwd_shapes). At D = 192 and 256 dK_j and dV_j of 16 keys would take 192 and 256 registers
+// a lane (ptxas: spills): v3 with 64 keys a block runs there.
 #pragma once
 #include <cstdint>
 
@@ -118,16 +120,23 @@ __device__ __forceinline__ void add_to_dq(float2* at, float2 add) {
 // dQ_i += dS K_j (FA2 Alg. 2 line 15) for one step of one thread block: 64 query rows x D, summed
 // over the block's Bc keys, added to dQacc. dS^T (Bc x Br, pitch kPitchS) and K_j (Bc x D, pitch
 // kPitch) are in shared memory; all W warps call it (v2 and v3 alike). The warps tile the
-// product 2 x (W / 2): warp w takes query rows 32 (w % 2) .. +31 (two mma row tiles, so each K_j
-// fragment loaded serves both) and kDims = D / (W / 2) head dims, in chunks of up to 32. A = dS
+// product kRowGroups x (W / kRowGroups): warp w takes query rows kRows (w % kRowGroups) .. +kRows-1
+// and kDims = D / (W / kRowGroups) head dims, in chunks of kC. Two row groups of 32 rows where the
+// dims divide evenly (each K_j fragment loaded then serves two mma row tiles), else four of 16
+// (d = 32 or 96 over 8 warps: 8 or 24 dims a warp would not make whole 16-dim pairs). A = dS
 // (query x key) is dS^T read by a transposing ldmatrix; B = K_j with the key as k, transposing as
 // V_j in the forward. br: the step's valid query rows; (b, h, r0): its head and first row.
+template <int D, int W>
+constexpr int kDqRowGroups = (D / (W / 2)) % 16 == 0 ? 2 : 4;
 template <class T, int D, int W, int Bc, bool kDeterministic>
 __device__ __forceinline__ void add_dq(const T* dSt, const T* Kj, float* dQacc, int* dq_turn, const fa::AttnProblem& p,
                                        int64_t b, int64_t h, int64_t r0, int br, int64_t Tr, int64_t j) {
-  constexpr int kDims = D / (W / 2), kC = kDims < 32 ? kDims : 32, P = kPitch<D>, PS = kPitchS;
+  constexpr int kRowGroups = kDqRowGroups<D, W>, kRows = Br / kRowGroups, kMM = kRows / 16;
+  constexpr int kDims = D / (W / kRowGroups), kC = kDims % 32 == 0 ? 32 : kDims % 48 == 0 ? 48 : 16;
+  static_assert(W % kRowGroups == 0 && kDims % 16 == 0 && kDims % kC == 0, "dQ's warp tiling must cover D");
+  constexpr int P = kPitch<D>, PS = kPitchS;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
-  const int q_w = warp % 2 * 32, d0 = warp / 2 * kDims;
+  const int q_w = warp % kRowGroups * kRows, d0 = warp / kRowGroups * kDims;
   int* turn = dq_turn + (b * p.H + h) * Tr + r0 / Br;
   if constexpr (kDeterministic) {
     // Wait until key blocks 0 .. j-1 have added their share of dQ_i: the additions happen in the
@@ -139,21 +148,21 @@ __device__ __forceinline__ void add_dq(const T* dSt, const T* Kj, float* dQacc, 
     __syncthreads();
   }
   for (int dc = d0; dc < d0 + kDims; dc += kC) {
-    float dq[2][kC / 8][4] = {};
+    float dq[kMM][kC / 8][4] = {};
     for (int k = 0; k < Bc / 16; ++k) {
-      uint32_t sf[2][4];  // lane -> key 16k + 8 (lane / 16) + lane % 8, queries q_w + 16mm + 8 ((lane / 8) % 2)
-      for (int mm = 0; mm < 2; ++mm)
+      uint32_t sf[kMM][4];  // lane -> key 16k + 8 (lane / 16) + lane % 8, queries q_w + 16mm + 8 ((lane / 8) % 2)
+      for (int mm = 0; mm < kMM; ++mm)
         ptx::ldmatrix_x4_trans(sf[mm], dSt + (k * 16 + lane / 16 * 8 + lane % 8) * PS + q_w + mm * 16 + (lane / 8 % 2) * 8);
       for (int n = 0; n < kC / 8; n += 2) {
         uint32_t kf[4];  // lane -> key 16k + 8 ((lane / 8) % 2) + lane % 8, dims dc + 8n + 8 (lane / 16)
         ptx::ldmatrix_x4_trans(kf, Kj + (k * 16 + (lane / 8 % 2) * 8 + lane % 8) * P + dc + n * 8 + lane / 16 * 8);
-        for (int mm = 0; mm < 2; ++mm) {
+        for (int mm = 0; mm < kMM; ++mm) {
           ptx::mma_m16n8k16<T>(dq[mm][n], sf[mm], kf[0], kf[1]);
           ptx::mma_m16n8k16<T>(dq[mm][n + 1], sf[mm], kf[2], kf[3]);
         }
       }
     }
-    for (int mm = 0; mm < 2; ++mm)
+    for (int mm = 0; mm < kMM; ++mm)
       for (int r = 0; r < 2; ++r) {
         const int q = q_w + mm * 16 + g + r * 8;
         if (q >= br) continue;  // rows past N_q: nothing to add, and no memory there
@@ -355,11 +364,15 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
     }
 }
 
-// dQ = scale dQacc, rounded to T (the last step of line 15's accumulation). n elements.
+// dQ = scale dQacc, rounded to T (the last step of line 15's accumulation): rows x d elements of
+// dQ from rows of D >= d floats of dQacc. D > d where the kernel ran on head dims padded with zero
+// columns (runner_bwd.cu): their gradient columns are dropped here, so dQ needs no padded copy.
 template <class T>
-__global__ void dq_convert_kernel(const float* __restrict__ dQacc, T* __restrict__ dQ, int64_t n, float scale) {
+__global__ void dq_convert_kernel(const float* __restrict__ dQacc, T* __restrict__ dQ, int64_t rows, int d, int D,
+                                  float scale) {
+  const int64_t n = rows * d;
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x)
-    dQ[e] = fa05::store<T>(scale * dQacc[e]);
+    dQ[e] = fa05::store<T>(scale * (D == d ? dQacc[e] : dQacc[e / d * D + e % d]));
 }
 
 }  // namespace fa06::bwd_v2

@@ -20,7 +20,9 @@
 // d = 128: 0.75), dV_j and dK_j 0.375 (v2: 0.5). The price: P^T is stored in shared memory and read back
 // (dS^T was already, for dQ), and one more barrier per step.
 //
-// Layout, dQacc and supported types as v2 (D = 64 or 128); always 8 warps and Bc = 128.
+// Layout, dQacc and supported types as v2; always 8 warps. D = 32, 64, 96, 128 (Bc = 128), 192
+// and 256 (Bc = 64: see Shape). kStages Q_i / dO_i buffers: 2 (the next step's tiles copied while
+// this one computes) or 1 (copy, then compute: the shared memory of D >= 128 on an A100's 163 KiB).
 #pragma once
 #include <cstdint>
 
@@ -33,35 +35,53 @@ using bwd_v2::Br;
 using bwd_v2::kPitch;
 using bwd_v2::kPitchS;
 
-constexpr int kWarps = 8, kThreads = 32 * kWarps, Bc = 128;
+constexpr int kWarps = 8, kThreads = 32 * kWarps;
 
-// v2's tiles plus P^T (Bc x Br, pitch Br + 8): 173 KiB at D = 128.
+// Who owns what at head dim D. Both tilings put kKeyWarps warps along the keys, 32 keys each, and
+// kSplit along the other side: kQw queries each in S^T and dP^T, kDw head dims each in dV_j and
+// dK_j. The accumulators dK_j, dV_j of a block take 2 Bc D floats, 2 Bc D / 256 registers a lane
+// whatever the tiling: 128 keys a block up to D = 128 (128 registers at D = 128), 64 keys above
+// it, with the head dims split four ways (D = 192: 96 registers, D = 256: 128; 128 keys there
+// would need 192 and 256: ptxas spills).
 template <int D>
+struct Shape {
+  static constexpr int Bc = D <= 128 ? 128 : 64;
+  static constexpr int kKeyWarps = Bc / 32, kSplit = kWarps / kKeyWarps;
+  static constexpr int kQw = Br / kSplit, kDw = D / kSplit;
+  static_assert(D % 16 == 0 && kDw % 16 == 0, "a warp's head dims must make whole 16-dim pairs");
+};
+
+// v2's tiles (with kStages buffers of Q_i, dO_i, LSE_i, D_i) plus P^T (Bc x Br, pitch Br + 8):
+// 173 KiB at D = 128 with two stages, 139 KiB with one; D = 256: 217 KiB and 151 KiB.
+template <int D, int kStages = 2>
 constexpr int smem_bytes() {
-  return bwd_v2::smem_bytes<D, Bc>() + Bc * kPitchS * 2;
+  constexpr int Bc = Shape<D>::Bc;
+  return (2 * Bc + 2 * kStages * Br) * kPitch<D> * 2 + 2 * Bc * kPitchS * 2 + 2 * kStages * Br * 4;
 }
 
-template <class T, int D, bool kDeterministic>
+template <class T, int D, bool kDeterministic, int kStages = 2>
 __global__ void __launch_bounds__(kThreads, 1)
 dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                 const T* __restrict__ dO, const float* __restrict__ LSE, const float* __restrict__ Dv,
                 T* __restrict__ dK, T* __restrict__ dV, float* __restrict__ dQacc, int* __restrict__ dq_turn,
                 const fa::AttnProblem p, const float scale, const int64_t Tc) {
-  constexpr int P = kPitch<D>, PS = kPitchS;
+  constexpr int P = kPitch<D>, PS = kPitchS, Bc = Shape<D>::Bc, kKeyWarps = Shape<D>::kKeyWarps;
+  constexpr int kQw = Shape<D>::kQw, kDw = Shape<D>::kDw;
+  static_assert(kStages == 1 || kStages == 2, "one or two buffers of Q_i, dO_i");
   extern __shared__ __align__(16) unsigned char sram[];
   T* Kj = reinterpret_cast<T*>(sram);                   // (Bc, P)
   T* Vj = Kj + Bc * P;                                  // (Bc, P)
-  T* Qs = Vj + Bc * P;                                  // (2, Br, P): Q_i of step s in buffer s % 2
-  T* dOs = Qs + 2 * Br * P;                             // (2, Br, P)
-  T* dSt = dOs + 2 * Br * P;                            // (Bc, PS): dS^T of the step
-  float* Ls = reinterpret_cast<float*>(dSt + Bc * PS);  // (2, Br): LSE_i
-  float* Ds = Ls + 2 * Br;                              // (2, Br): D_i
-  T* Pt = reinterpret_cast<T*>(Ds + 2 * Br);            // (Bc, PS): P^T of the step
+  T* Qs = Vj + Bc * P;                                  // (kStages, Br, P): Q_i of step s in buffer s % kStages
+  T* dOs = Qs + kStages * Br * P;                       // (kStages, Br, P)
+  T* dSt = dOs + kStages * Br * P;                      // (Bc, PS): dS^T of the step
+  float* Ls = reinterpret_cast<float*>(dSt + Bc * PS);  // (kStages, Br): LSE_i
+  float* Ds = Ls + kStages * Br;                        // (kStages, Br): D_i
+  T* Pt = reinterpret_cast<T*>(Ds + kStages * Br);      // (Bc, PS): P^T of the step
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t4 = lane % 4;        // fragment coordinates (ptx.cuh)
-  const int kr0 = warp % 4 * 32;                // this warp's 32 keys, in both tilings
-  const int qa0 = warp / 4 * 32;                // its 32 queries in S^T, dP^T
-  const int db0 = warp / 4 * (D / 2);           // its D/2 dims in dV_j, dK_j
+  const int kr0 = warp % kKeyWarps * 32;        // this warp's 32 keys, in both tilings
+  const int qa0 = warp / kKeyWarps * kQw;       // its kQw queries in S^T, dP^T
+  const int db0 = warp / kKeyWarps * kDw;       // its kDw dims in dV_j, dK_j
   const float c = scale * 1.4426950408889634f;  // scale log2(e): exp(scale x) = 2^(c x)
 
   // The task, the steps and their loads: as v2.
@@ -76,7 +96,7 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
   auto step_row0 = [&](int64_t s) { return (i_first + s % blocks_per_head) * Br; };
   auto load_step = [&](int64_t s) {
     const int64_t h = step_head(s), r0 = step_row0(s);
-    const int br = int(min(int64_t(Br), p.N_q - r0)), buf = int(s % 2);
+    const int br = int(min(int64_t(Br), p.N_q - r0)), buf = int(s % kStages);
     bwd_v2::copy_rows_async<D, Br, kThreads>(Qs + buf * Br * P, Q + p.q_offset(b, h, r0), br);
     bwd_v2::copy_rows_async<D, Br, kThreads>(dOs + buf * Br * P, dO + p.q_offset(b, h, r0), br);
     for (int r = threadIdx.x; r < Br; r += kThreads) {
@@ -88,26 +108,34 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
 
   bwd_v2::copy_rows_async<D, Bc, kThreads>(Kj, K + p.kv_offset(b, hk * G, c0), bc);
   bwd_v2::copy_rows_async<D, Bc, kThreads>(Vj, V + p.kv_offset(b, hk * G, c0), bc);
-  if (steps > 0) load_step(0);
+  if (kStages == 2 && steps > 0) load_step(0);
   ptx::cp_async_commit();
   // dK_j, dV_j (line 7) in the second tiling: row tile m holds keys kr0 + 16m + g (+ 8), dk[m][n]
   // the fragment of dims db0 + 8n .. +7.
-  float dk[2][D / 16][4] = {}, dv[2][D / 16][4] = {};
+  float dk[2][kDw / 8][4] = {}, dv[2][kDw / 8][4] = {};
 
   for (int64_t s = 0; s < steps; ++s) {  // line 8
-    ptx::cp_async_wait<0>();
-    __syncthreads();  // step s's tiles are in; everyone is done with step s-1's (and P^T, dS^T)
-    if (s + 1 < steps) load_step(s + 1);
-    ptx::cp_async_commit();
+    if constexpr (kStages == 2) {
+      ptx::cp_async_wait<0>();
+      __syncthreads();  // step s's tiles are in; everyone is done with step s-1's (and P^T, dS^T)
+      if (s + 1 < steps) load_step(s + 1);
+      ptx::cp_async_commit();
+    } else {
+      __syncthreads();  // everyone is done with step s-1's tiles (and P^T, dS^T): refill the one buffer
+      load_step(s);
+      ptx::cp_async_commit();
+      ptx::cp_async_wait<0>();
+      __syncthreads();  // step s's tiles are in
+    }
     const int64_t h = step_head(s), r0 = step_row0(s);
-    const int br = int(min(int64_t(Br), p.N_q - r0));
-    const T* Qi = Qs + (s % 2) * Br * P;
-    const T* dOi = dOs + (s % 2) * Br * P;
-    const float* Li = Ls + (s % 2) * Br;
-    const float* Di = Ds + (s % 2) * Br;
+    const int br = int(min(int64_t(Br), p.N_q - r0)), buf = int(s % kStages);
+    const T* Qi = Qs + buf * Br * P;
+    const T* dOi = dOs + buf * Br * P;
+    const float* Li = Ls + buf * Br;
+    const float* Di = Ds + buf * Br;
 
-    {  // First tiling: S^T and dP^T (lines 10, 13) for keys kr0 .. +31 x queries qa0 .. +31.
-      float st[2][4][4] = {}, dpt[2][4][4] = {};
+    {  // First tiling: S^T and dP^T (lines 10, 13) for keys kr0 .. +31 x queries qa0 .. +kQw-1.
+      float st[2][kQw / 8][4] = {}, dpt[2][kQw / 8][4] = {};
       for (int k = 0; k < D / 16; ++k) {
         uint32_t kf[2][4], vf[2][4];  // lane -> key kr0 + 16m + lane % 8 + 8 ((lane / 8) % 2), dims 16k + 8 (lane / 16)
         for (int m = 0; m < 2; ++m) {
@@ -115,7 +143,7 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
           ptx::ldmatrix_x4(kf[m], Kj + a_at);
           ptx::ldmatrix_x4(vf[m], Vj + a_at);
         }
-        for (int n = 0; n < 4; n += 2) {
+        for (int n = 0; n < kQw / 8; n += 2) {
           uint32_t qf[4], of[4];  // lane -> query qa0 + 8n + 8 (lane / 16) + lane % 8, dims 16k + 8 ((lane / 8) % 2)
           const int b_at = (qa0 + n * 8 + lane / 16 * 8 + lane % 8) * P + k * 16 + (lane / 8 % 2) * 8;
           ptx::ldmatrix_x4(qf, Qi + b_at);
@@ -134,13 +162,13 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
         const int64_t lim64 = r0 + shift - c0;
         const int lim = p.causal ? int(max(int64_t(-Br - Bc), min(int64_t(Bc), lim64))) : Bc;
         for (int m = 0; m < 2; ++m)
-          for (int n = 0; n < 4; ++n)
+          for (int n = 0; n < kQw / 8; ++n)
             for (int e = 0; e < 4; ++e) {
               const int kr = kr0 + m * 16 + g + e / 2 * 8, qc = qa0 + n * 8 + 2 * t4 + e % 2;
               if (kr >= bc || qc >= br || kr - qc > lim) st[m][n][e] = -INFINITY;
             }
       }
-      for (int n = 0; n < 4; ++n) {
+      for (int n = 0; n < kQw / 8; ++n) {
         const float2 lse = *reinterpret_cast<const float2*>(Li + qa0 + n * 8 + 2 * t4);
         const float2 dd = *reinterpret_cast<const float2*>(Di + qa0 + n * 8 + 2 * t4);
         const float l2[2] = {lse.x == -INFINITY ? INFINITY : lse.x * 1.4426950408889634f,
@@ -154,7 +182,7 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
       // P^T and dS^T to shared memory in 16 bits (row = key; the pitch Br + 8 puts the 32 lanes
       // of each 4-byte store in 32 different banks).
       for (int m = 0; m < 2; ++m)
-        for (int n = 0; n < 4; ++n)
+        for (int n = 0; n < kQw / 8; ++n)
           for (int r = 0; r < 2; ++r) {
             const int at = (kr0 + m * 16 + g + r * 8) * PS + qa0 + n * 8 + 2 * t4;
             *reinterpret_cast<uint32_t*>(Pt + at) = ptx::pack2<T>(st[m][n][2 * r], st[m][n][2 * r + 1]);
@@ -164,7 +192,7 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
     __syncthreads();  // all of P^T and dS^T are in shared memory
 
     // Second tiling: dV_j += P^T dO_i (line 12), dK_j += dS^T Q_i (line 16) for keys kr0 .. +31
-    // x dims db0 .. +D/2-1, summed over the 64 queries. A = P^T, dS^T (row-major [key][query]) by
+    // x dims db0 .. +kDw-1, summed over the 64 queries. A = P^T, dS^T (row-major [key][query]) by
     // a plain ldmatrix, as K_j in the first tiling; B = dO_i, Q_i transposed, as in v2.
     for (int k = 0; k < Br / 16; ++k) {
       uint32_t pa[2][4], sa[2][4];  // lane -> key kr0 + 16m + lane % 8 + 8 ((lane / 8) % 2), queries 16k + 8 (lane / 16)
@@ -173,7 +201,7 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
         ptx::ldmatrix_x4(pa[m], Pt + a_at);
         ptx::ldmatrix_x4(sa[m], dSt + a_at);
       }
-      for (int n = 0; n < D / 16; n += 2) {
+      for (int n = 0; n < kDw / 8; n += 2) {
         uint32_t of[4], qf[4];  // lane -> query 16k + 8 ((lane / 8) % 2) + lane % 8, dims db0 + 8n + 8 (lane / 16)
         const int b_at = (k * 16 + (lane / 8 % 2) * 8 + lane % 8) * P + db0 + n * 8 + lane / 16 * 8;
         ptx::ldmatrix_x4_trans(of, dOi + b_at);
@@ -199,7 +227,7 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
       if (key >= bc) continue;
       T* dk_out = dK + p.kv_offset(b, hk * G, c0 + key) + db0 + 2 * t4;
       T* dv_out = dV + p.kv_offset(b, hk * G, c0 + key) + db0 + 2 * t4;
-      for (int n = 0; n < D / 16; ++n) {
+      for (int n = 0; n < kDw / 8; ++n) {
         *reinterpret_cast<uint32_t*>(dk_out + n * 8) =
             ptx::pack2<T>(scale * dk[m][n][2 * r], scale * dk[m][n][2 * r + 1]);
         *reinterpret_cast<uint32_t*>(dv_out + n * 8) = ptx::pack2<T>(dv[m][n][2 * r], dv[m][n][2 * r + 1]);
