@@ -6,10 +6,15 @@
 //   - ragged sizes around the blocks, N_q != N_k, causal (rows that see no key), GQA: gpu_v1 at
 //     d = 1 .. 256, gpu_v2 and gpu_v3 at d = 64 and 128 (gpu_v2 at each of its block shapes), gpu_v4
 //     at d = 128
+//   - every native width (32, 64, 96, 128, 192, 256) and padded ones between (40, 59, 80, 111, 160,
+//     224: zero-padded to the next width, runner_bwd.hpp): auto's choice in fp16 and bf16 on
+//     ragged, causal, GQA shapes; gpu_v2 at d = 32 and 96 at each block shape, gpu_v3 at 32, 96,
+//     192 and 256; what an A100 would run (the plan for sm_80: gpu_v3 in one stage from d = 128)
 //   - bit-identical gradients run after run for gpu_v1 (no atomics) and the _det variants (dQ
 //     added in key-block order)
 //   - scale != 1/sqrt(d), MQA and B > 1 at the tensor-core head dims
-//   - the extra GPU memory: D for gpu_v1; D and dQ's float32 accumulator for the others
+//   - the extra GPU memory: D for gpu_v1; D and dQ's float32 accumulator for the others, and the
+//     padded copies where d is not a native width
 // No timing here.
 #include <doctest/doctest.h>
 
@@ -77,7 +82,9 @@ TEST_CASE("06 gpu_v1: extra GPU memory is D, one float per query row (the plan's
   CHECK(mem.peak_bytes() == 4 * p.lse_elems());
 }
 
-TEST_CASE("06 gpu_v2: backward battery in fp16 and bf16, O and LSE from stage 05 v7 (other d: gpu_v1)") {
+// The battery's head dims (1, 16, 32, 63, 64, 80, 128) all run on the tensor cores now, most of
+// them padded to a native width.
+TEST_CASE("06 gpu_v2: backward battery in fp16 and bf16, O and LSE from stage 05 v7 (d > 128: gpu_v3)") {
   for (fa::DType t : kHalfTypes) {
     INFO("dtype " << std::string(fa::dtype_name(t)));
     fa::check_backward_battery(stage_06_gpu_backward("gpu_v2", t), false, stage_06_gpu_forward(t), v2_storage(t));
@@ -105,8 +112,8 @@ TEST_CASE("06 gpu_v2_det, gpu_v3, gpu_v3_det: backward battery in bf16 (gpu_v3 a
     }
 }
 
-// The battery's cases are mostly at d = 32 (where gpu_v2 runs gpu_v1): the same at the head dims
-// it runs itself, with N around its 64-row query steps, at every compiled block shape.
+// The battery's cases are mostly at d <= 32: the same at the head dims d = 64 and 128, with N
+// around the 64-row query steps, at every compiled block shape.
 const int64_t kRaggedSizes[][2] = {{1, 1},     {1, 200},  {17, 17},  {63, 63},    {64, 64},    {65, 65},
                                    {127, 129}, {129, 127}, {200, 63}, {63, 200}, {300, 1000}, {1000, 300}};
 
@@ -201,4 +208,123 @@ TEST_CASE("06 gpu_v2, gpu_v3, gpu_v4: extra GPU memory is D and dQ's float32 acc
     const int64_t turns = k.size() > 4 && k.substr(k.size() - 4) == "_det" ? 4 * (2 * 4 * ((300 + 63) / 64) + 1) : 0;
     CHECK(mem.peak_bytes() == 4 * p.lse_elems() + 4 * p.q_elems() + turns);
   }
+}
+
+// ---- Every head dim (issue 37): the native widths and padded ones between ----------------------
+
+namespace {
+// Ragged sizes around the 64-row query steps and the 64- and 128-key blocks, shorter than
+// kRaggedSizes (the float64 references dominate the time at d = 256).
+const int64_t kWidthSizes[][2] = {{1, 1}, {17, 17}, {65, 65}, {63, 200}, {200, 63}, {127, 129}, {257, 129}};
+
+// `kernel` (as the plan is asked) on ragged, causal and GQA shapes at head dim d, fp16 and bf16
+// (the _det variants: bf16), checked by the battery's rule; planned for compute capability sm.
+void check_width(const std::string& kernel, int64_t d, int sm = 0, fa06::BwdShape shape = {},
+                 const std::vector<std::vector<int64_t>>& sizes = {}) {
+  std::vector<std::vector<int64_t>> nn = sizes;
+  if (nn.empty())
+    for (auto& s : kWidthSizes) nn.push_back({s[0], s[1]});
+  const bool det = kernel.size() > 4 && kernel.substr(kernel.size() - 4) == "_det";
+  for (const auto& n : nn)
+    for (bool causal : {false, true})
+      for (fa::DType t : kHalfTypes) {
+        if (det && t == fa::DType::fp16) continue;
+        // GQA (4 query heads on 2 kv heads), B = 2; the last head dims dominate (a kernel that
+        // drops or misplaces the padded-over columns fails).
+        const fa::Case c{kernel + " d = " + std::to_string(d), fa::make_problem(2, 4, 2, n[0], n[1], d, causal),
+                         fa::Fill::HighDims};
+        const fa06::BwdPlan pl = fa06::backward_plan(kernel, c.p, t, shape, sm);
+        INFO(kernel << " runs " << pl.runs << " at d = " << pl.d_kernel << " (" << pl.note << "), Bc " << pl.Bc << ", "
+                    << std::string(fa::dtype_name(t)) << (sm ? ", planned for sm_" + std::to_string(sm) : ""));
+        REQUIRE(pl.runs != "gpu_v1");
+        CHECK(pl.d_kernel == fa06::native_width(d));
+        fa::check_backward_case(stage_06_gpu_backward(kernel, t, shape, sm), c, false, stage_06_gpu_forward(t),
+                                v2_storage(t));
+      }
+}
+}  // namespace
+
+TEST_CASE("06 gpu widths: auto at d = 32, 40, 59, 64, 80, 96 (native and padded), fp16 and bf16, ragged, causal, GQA") {
+  for (int64_t d : {32, 40, 59, 64, 80, 96}) check_width("auto", d);
+}
+
+TEST_CASE("06 gpu widths: auto at d = 111, 128, 160, 192, 224, 256 (native and padded), fp16 and bf16, ragged, causal, GQA") {
+  for (int64_t d : {111, 128, 160, 192, 224, 256}) check_width("auto", d);
+}
+
+TEST_CASE("06 gpu widths: gpu_v2 at d = 32 and 96 at every block shape, and padded d = 8, 80 (_det: bf16)") {
+  for (const char* k : {"gpu_v2", "gpu_v2_det"}) {
+    for (int64_t d : {32, 96})
+      for (const fa06::BwdShape& sh : fa06::bwd_shapes(d)) check_width(k, d, 0, sh);
+    for (int64_t d : {8, 80}) check_width(k, d);
+  }
+}
+
+TEST_CASE("06 gpu widths: gpu_v3 at d = 32, 96, 192 and 256, and padded d = 16, 150, 200 (_det: bf16)") {
+  for (const char* k : {"gpu_v3", "gpu_v3_det"})
+    for (int64_t d : {32, 96, 192, 256, 16, 150, 200}) check_width(k, d);
+}
+
+// On an H200 the plan for sm_80 runs what an A100 would: gpu_v3 with one buffer of Q_i and dO_i
+// from d = 128 on (two do not fit its 163 KiB), auto's A100 choices (gpu_v2 at d = 128).
+TEST_CASE("06 gpu widths: the sm_80 plan (gpu_v3 in one stage at d >= 128, auto's choices) at d = 100, 128, 192, 256") {
+  for (int64_t d : {128, 192, 256}) CHECK(fa06::backward_plan("gpu_v3", fa::make_problem(1, 1, 1, 8, 8, d, false), fa::DType::bf16, {}, 80).stages == 1);
+  const std::vector<std::vector<int64_t>> sizes = {{1, 1}, {65, 65}, {200, 63}, {127, 129}};
+  for (const char* k : {"gpu_v3", "gpu_v3_det", "auto", "gpu_v4"})
+    for (int64_t d : {100, 128, 192, 256}) check_width(k, d, 80, {}, sizes);
+}
+
+TEST_CASE("06 gpu widths: scale 0.3, MQA (8 heads, 1 kv head), B = 3 at padded d = 40, 80, 160 and native 192, 256") {
+  for (const char* k : {"auto", "gpu_v2", "gpu_v3"})
+    for (int64_t d : {40, 80, 160, 192, 256})
+      for (bool causal : {false, true}) {
+        fa::AttnProblem p = fa::make_problem(3, 8, 1, 100, 150, d, causal);
+        p.scale = 0.3f;
+        const fa::Case c{std::string(k) + " scale/MQA/batch", p, fa::Fill::Normal};
+        INFO(k << " d = " << d << " runs " << fa06::backward_plan(k, p, fa::DType::bf16).runs);
+        fa::check_backward_case(stage_06_gpu_backward(k, fa::DType::bf16), c, false, stage_06_gpu_forward(fa::DType::bf16),
+                                v2_storage(fa::DType::bf16));
+      }
+}
+
+TEST_CASE("06 gpu widths: _det variants bit-identical over 10 runs at padded d = 40, 80 and d = 160, 256 (64 keys a block)") {
+  for (const char* k : {"gpu_v2_det", "gpu_v3_det"})
+    for (const fa::AttnProblem& p : {fa::make_problem(2, 4, 1, 301, 257, 40, true), fa::make_problem(1, 4, 2, 200, 333, 80, false),
+                                     fa::make_problem(1, 4, 2, 300, 400, 160, true), fa::make_problem(1, 2, 2, 333, 200, 256, false)}) {
+      const fa::DType t = fa::DType::bf16;
+      const fa06::BwdPlan pl = fa06::backward_plan(k, p, t);
+      INFO(k << " " << p.describe() << " runs " << pl.runs << " at d = " << pl.d_kernel);
+      CHECK(pl.runs.substr(pl.runs.size() - 4) == "_det");
+      fa::Inputs in = fa::random_inputs(p, 3);
+      fa::add_grad_output(in, "", 4);
+      const fa::ForwardRun fwd = fa::run_forward(stage_06_gpu_forward(t), in);
+      const fa::BackwardFn f = stage_06_gpu_backward(k, t);
+      const fa::BackwardRun a = fa::run_backward(f, in, fwd);
+      for (int rep = 1; rep < 10; ++rep) {
+        const fa::BackwardRun b = fa::run_backward(f, in, fwd);
+        CHECK(fa::same_bits(a.dQ, b.dQ));
+        CHECK(fa::same_bits(a.dK, b.dK));
+        CHECK(fa::same_bits(a.dV, b.dV));
+      }
+    }
+}
+
+TEST_CASE("06 gpu widths: extra GPU memory of a padded run is the plan's: D, dQacc at the native width, the copies") {
+  const fa::DType t = fa::DType::fp16;
+  for (int64_t d : {40, 80, 160, 256})
+    for (const char* k : {"auto", "gpu_v2", "gpu_v3_det"}) {
+      const fa::AttnProblem p = fa::make_problem(2, 4, 2, 300, 500, d, true);
+      fa::Inputs in = fa::random_inputs(p, 2);
+      fa::add_grad_output(in, "", 4);
+      const fa::ForwardRun fwd = fa::run_forward(stage_06_gpu_forward(t), in);
+      const fa06::BwdPlan pl = fa06::backward_plan(k, p, t);
+      INFO(k << " d = " << d << " runs " << pl.runs << " at d = " << pl.d_kernel);
+      fa::ExtraDeviceMemory mem;
+      fa::run_backward(stage_06_gpu_backward(k, t), in, fwd);
+      CHECK(mem.peak_bytes() == pl.workspace_bytes);
+      const int64_t D = fa06::native_width(d), q_rows = 2 * 4 * 300, kv_rows = 2 * 2 * 500;
+      const int64_t turns = pl.runs.substr(pl.runs.size() - 4) == "_det" ? 4 * (2 * 4 * ((300 + 63) / 64) + 1) : 0;
+      const int64_t pad = d == D ? 0 : 2 * (2 * q_rows + 4 * kv_rows) * D;
+      CHECK(mem.peak_bytes() == 4 * q_rows + 4 * q_rows * D + turns + pad);
+    }
 }
