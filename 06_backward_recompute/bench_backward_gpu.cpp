@@ -4,9 +4,14 @@
 // converted), i.e. everything fa06::backward() launches.
 //
 //   BM_bwd/kernel:dtype/...   one backward of runner_bwd.hpp's kernel (gpu_v1 in fp32 at
-//                             N <= 4096 only: it is the scalar port, ~100x slower)
+//                             N <= 4096 only: it is the scalar port, ~100x slower) at d = 64 and
+//                             128, and gpu_v2, gpu_v3 at the other native widths (32, 96; 192 and
+//                             256: gpu_v3 only)
 //   BM_bwd_shape/...          gpu_v2 (bf16) at each compiled shape (fa06::bwd_shapes: 64 or 128
 //                             keys a block, 16 or 32 a warp; the sweep behind default_bwd_shape)
+//   BM_bwd_auto/...           "auto" (bf16) at every native width and padded ones between (40, 80,
+//                             111, 160, 224: the copies to the next width included), labelled with
+//                             what ran; TFLOP/s counts the real d's FLOPs, so padding shows as a loss
 // Counters: TFLOP/s (backward 2.5 x the forward's 4*B*H*N_q*N_k*d, halved for causal, FA2's
 //   convention: 5 matrix products against the forward's 2), pct_peak (of the datasheet's dense
 //   peak), gpu_extra_bytes (the workspace, measured by the counted device buffers).
@@ -17,6 +22,7 @@
 #include <benchmark/benchmark.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -59,7 +65,9 @@ void time_backward(benchmark::State& state, const std::string& kernel, fa::DType
   state.counters["Bc"] = double(pl.Bc);
   state.counters["keys_per_warp"] = double(pl.keys_per_warp);
   state.counters["smem_bytes"] = double(pl.smem_dkdv);
-  state.SetLabel(kernel + ":" + fa::dtype_name(t));
+  state.counters["d_kernel"] = double(pl.d_kernel);
+  state.SetLabel(kernel == "auto" ? "auto (" + pl.runs + " at d = " + std::to_string(pl.d_kernel) + "):" + fa::dtype_name(t)
+                                  : kernel + ":" + fa::dtype_name(t));
 }
 
 // Args: kernel index, dtype, N, d, causal.
@@ -72,6 +80,11 @@ void BM_bwd(benchmark::State& state) {
 void BM_bwd_shape(benchmark::State& state) {
   time_backward(state, "gpu_v2", fa::DType::bf16, paper_problem(state.range(2), state.range(3), state.range(4) != 0),
                 {state.range(0), state.range(1)});
+}
+
+// Args: N, d, causal.
+void BM_bwd_auto(benchmark::State& state) {
+  time_backward(state, "auto", fa::DType::bf16, paper_problem(state.range(0), state.range(1), state.range(2) != 0), {});
 }
 
 void bwd_grid(benchmark::internal::Benchmark* b) {
@@ -87,11 +100,26 @@ void bwd_grid(benchmark::internal::Benchmark* b) {
             b->Args({k, int64_t(fa::DType::bf16), N, d, causal});
           }
         }
+  // The other native widths: gpu_v2 (up to 128) and gpu_v3, the two that run there themselves.
+  for (int64_t d : {32, 96, 192, 256})
+    for (const std::string name : {"gpu_v2", "gpu_v3"}) {
+      if (name == "gpu_v2" && d > 128) continue;  // runs gpu_v3 there
+      const int64_t k = std::find(ks.begin(), ks.end(), name) - ks.begin();
+      for (int64_t causal : {0, 1})
+        for (int64_t N : {512, 1024, 2048, 4096, 8192, 16384}) b->Args({k, int64_t(fa::DType::bf16), N, d, causal});
+    }
   b->ArgNames({"kernel", "dtype", "N", "d", "causal"});
 }
 
+void auto_grid(benchmark::internal::Benchmark* b) {
+  for (int64_t d : {32, 40, 64, 80, 96, 111, 128, 160, 192, 224, 256})
+    for (int64_t causal : {0, 1})
+      for (int64_t N : {1024, 4096, 16384}) b->Args({N, d, causal});
+  b->ArgNames({"N", "d", "causal"});
+}
+
 void shape_grid(benchmark::internal::Benchmark* b) {
-  for (int64_t d : {64, 128})
+  for (int64_t d : {32, 64, 96, 128})
     for (const fa06::BwdShape& sh : fa06::bwd_shapes(d))
       for (int64_t causal : {0, 1})
         for (int64_t N : {1024, 8192}) b->Args({sh.Bc, sh.keys_per_warp, N, d, causal});
@@ -102,5 +130,6 @@ void shape_grid(benchmark::internal::Benchmark* b) {
 
 BENCHMARK(BM_bwd)->Apply(bwd_grid)->UseManualTime()->MinTime(0.1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_bwd_shape)->Apply(shape_grid)->UseManualTime()->MinTime(0.1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_bwd_auto)->Apply(auto_grid)->UseManualTime()->MinTime(0.1)->Unit(benchmark::kMillisecond);
 
 int main(int argc, char** argv) { return fa::bench::gpu_benchmark_main(argc, argv, "bench_06_backward_gpu"); }
