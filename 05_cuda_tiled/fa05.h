@@ -28,7 +28,8 @@ enum fa05_status {
   FA05_OUT_OF_MEMORY = 4     /* the kernel's workspace did not fit in GPU memory */
 };
 
-/* Forward attention with kernel `kernel` ("v1", "cublas", ...: fa05_kernel_name) on `stream`
+/* Forward attention with kernel `kernel` ("v1", "cublas", ...: fa05_kernel_name; or "auto", the
+ * fastest measured for this GPU, dtype and d: fa05_runs names it) on `stream`
  * (a cudaStream_t; NULL for the default stream). Returns when the work is queued, not done.
  *   Q, O : device pointers, [B, H, N_q, d], row-major, in `dtype` (enum fa05_dtype)
  *   K, V : device pointers, [B, H_kv, N_k, d], in `dtype`; query head h reads kv head h / (H / H_kv)
@@ -37,20 +38,24 @@ enum fa05_status {
  *   scale : softmax scale > 0, or 0 for 1/sqrt(d)
  * Q, K, V, O must be device memory aligned to their element size, LSE to 4 bytes
  * (FA05_INVALID_ARGUMENT otherwise); the tensor-core versions also need Q, K, V, O 16-byte
- * aligned (FA05_UNSUPPORTED otherwise). Checked before any kernel runs.
+ * aligned (FA05_UNSUPPORTED otherwise) where they read them in place, i.e. unless d needs padded
+ * copies (d not one of the kernel's widths and, for v13, not a multiple of 8). Checked before any
+ * kernel runs.
  * Returns an fa05_status. */
 FA05_API int fa05_forward(const char* kernel, const void* Q, const void* K, const void* V, void* O, float* LSE,
                  int64_t B, int64_t H, int64_t H_kv, int64_t N_q, int64_t N_k, int64_t d, int dtype,
                  int causal, float scale, void* stream);
 
 /* Bytes of GPU workspace fa05_forward allocates for this problem (0 for the FlashAttention
- * kernels but v10, v11 and v12, whose tile counter takes 4; O(N^2) for "cublas"), written to *bytes.
+ * kernels but v10 ... v13, whose tile counter takes 4; O(N^2) for "cublas"; plus zero-padded copies
+ * of Q, K, V, O where d needs them), written to *bytes.
  * Returns an fa05_status. */
 FA05_API int fa05_workspace_bytes(const char* kernel, int64_t B, int64_t H, int64_t H_kv, int64_t N_q,
                          int64_t N_k, int64_t d, int dtype, int causal, int64_t* bytes);
 
 /* The name of the kernel that really runs when `kernel` is asked for head dim d in `dtype`:
- * `kernel` itself, or "v1" where a tensor-core version does not cover d or dtype. NULL (and
+ * `kernel` itself, or "v1" where a tensor-core version does not cover d or dtype (v5 for a wgmma
+ * version off sm_90, v13 for v12 past d = 128); for "auto", its choice. NULL (and
  * fa05_last_error()) for an unknown kernel or a bad d or dtype. */
 FA05_API const char* fa05_runs(const char* kernel, int64_t d, int dtype);
 

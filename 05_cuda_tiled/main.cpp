@@ -25,8 +25,9 @@ int main(int argc, char** argv) {
   fa::Stage stage = stage_05("v1");
   // Built after the flags are parsed: the kernel, its knobs and the dtype come from them.
   stage.forward_for = [&](fa::DType t) {
-    fa05::kernel_info(kernel);  // an unknown --kernel is reported before anything runs
-    stage.idea = kernel + ": " + fa05::kernel_info(kernel).idea;
+    // an unknown --kernel is reported before anything runs
+    stage.idea = kernel == "auto" ? "auto: the fastest kernel measured for this GPU, dtype and head dim (plan() picks it)"
+                                  : kernel + ": " + fa05::kernel_info(kernel).idea;
     dtype = t;
     fa::ForwardFn f = stage_05_forward(kernel, t, cfg);
     return fa::ForwardFn([f, &ran](const fa::AttnProblem& p, const float* Q, const float* K,
@@ -44,14 +45,14 @@ int main(int argc, char** argv) {
   return fa::stage_main(
       argc, argv, stage,
       [&](CLI::App& app) {
-        app.add_option("--kernel", kernel, "kernel version: v1 (default), v2 ... v12 (tensor cores) or cublas (materialised baseline)");
+        app.add_option("--kernel", kernel, "kernel version: v1 (default), v2 ... v13 (tensor cores), auto (the fastest for the problem) or cublas (materialised baseline)");
         app.add_option("--sram-bytes", cfg.sram_bytes, "v1: shared memory M the blocks are sized from (default 48 KiB)")
             ->check(CLI::Range(int64_t(16), int64_t(1) << 30));
-        app.add_option("--block-q", cfg.Br, "v1, v5 ... v12: Br, query rows per block (v1 default: min(Bc, d))")
+        app.add_option("--block-q", cfg.Br, "v1, v5 ... v13: Br, query rows per block (v1 default: min(Bc, d))")
             ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
-        app.add_option("--block-k", cfg.Bc, "v1, v5 ... v12: Bc, key rows per block (v1 default: ceil(M / 16d), M in bytes: FA1's ceil(M/4d) in floats)")
+        app.add_option("--block-k", cfg.Bc, "v1, v5 ... v13: Bc, key rows per block (v1 default: ceil(M / 16d), M in bytes: FA1's ceil(M/4d) in floats)")
             ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
-        app.add_option("--persistent-blocks", cfg.persistent_blocks, "v8, v10 ... v12: at most this many persistent thread blocks (default: as many as stay resident)")
+        app.add_option("--persistent-blocks", cfg.persistent_blocks, "v8, v10 ... v13: at most this many persistent thread blocks (default: as many as stay resident)")
             ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
       },
       [&](const fa::Inputs&, nlohmann::json& report, std::ostream& text) {
@@ -61,8 +62,9 @@ int main(int argc, char** argv) {
                             {"device", fa::gpu_description()},
                             {"Br", pl.Br},            {"Bc", pl.Bc},
                             {"threads", pl.threads},  {"blocks", pl.blocks},
-                            {"smem_bytes", pl.smem_bytes}, {"workspace_bytes", pl.workspace_bytes}};
-        text << "  kernel   : " << kernel << " on " << fa::gpu_description() << "; " << pl.blocks
+                            {"smem_bytes", pl.smem_bytes}, {"workspace_bytes", pl.workspace_bytes},
+                            {"d_kernel", pl.d_kernel}, {"d_buffers", pl.d_buffers}};
+        text << "  kernel   : " << kernel << (pl.runs != kernel ? " (ran " + pl.runs + ")" : "") << " on " << fa::gpu_description() << "; " << pl.blocks
              << (fa05::kernel_info(pl.runs).persistent ? " tiles for persistent thread blocks" : " thread blocks") << " of " << pl.threads
              << " threads, " << pl.smem_bytes << " bytes of shared memory each";
         if (pl.Br > 0) text << ", Br = " << pl.Br << ", Bc = " << pl.Bc;

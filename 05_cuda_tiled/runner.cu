@@ -31,6 +31,8 @@
 #include "kernels/v10_scheduler.cuh"
 #include "kernels/v11_o_smem.cuh"
 #include "kernels/v12_warp_specialized.cuh"
+#include "kernels/v13_every_d.cuh"
+#include "pad_columns.hpp"
 #include "runner.hpp"
 
 namespace fa05 {
@@ -76,6 +78,9 @@ const std::vector<KernelInfo>& kernels() {
       {"v12", "kernels/v12_warp_specialized.cuh",
        "v11 + warp specialisation: one producer thread copies Q, K, V with TMA into buffers tracked by mbarriers; the compute warpgroups wait per buffer, not on each other (FA3)",
        true, 256, true, true, true, true, true, v12::kProducerThreads},
+      {"v13", "kernels/v13_every_d.cuh",
+       "v12 at every head dim up to 256: Q read by the tensor cores from shared memory, tiles of d rounded up to 64 columns that TMA fills with zeros, one Q buffer where two do not fit",
+       true, 256, true, true, true, true, true, v13::kProducerThreads},
       {"cublas", "kernels/baseline_cublas.cuh",
        "materialised baseline: cuBLAS S = QK^T, softmax kernel, cuBLAS O = PV; S, P in HBM",
        true, 1 << 16, false, false, false, false, false},
@@ -89,7 +94,7 @@ const KernelInfo& kernel_info(const std::string& name) {
     if (k.name == name) return k;
     names += (names.empty() ? "" : ", ") + k.name;
   }
-  throw fa::InputError("--kernel", "one of " + names, "'" + name + "'");
+  throw fa::InputError("--kernel", "one of " + names + " or auto", "'" + name + "'");
 }
 
 namespace {
@@ -205,13 +210,18 @@ template <int W, int C, int MaxD = 128>
 struct Shape {
   static constexpr int warps = W, Bc = C, max_d = MaxD;
 };
-using V5Shapes = std::tuple<Shape<4, 32>, Shape<4, 64>, Shape<4, 128>, Shape<8, 32>, Shape<8, 64>, Shape<8, 128>>;
+// v5 at d = 192 and 256 (the mma.sync path of a GPU without wgmma): its smallest shape only, whose
+// shared memory fits an A100 (101 KiB at d = 256) and whose registers do not spill.
+using V5Shapes = std::tuple<Shape<4, 32, 256>, Shape<4, 64>, Shape<4, 128>, Shape<8, 32>, Shape<8, 64>, Shape<8, 128>>;
 using V6Shapes = std::tuple<Shape<4, 32>, Shape<4, 64, 64>, Shape<8, 32>, Shape<8, 64, 64>>;
 // v7: whole warpgroups (4 warps) and whole 64-key wgmma tiles; each is also a v5 shape, which is
 // what v7 falls back to off Hopper.
 using V7Shapes = std::tuple<Shape<4, 64>, Shape<4, 128>, Shape<8, 64>, Shape<8, 128>>;
 // v10: v9's two winners (two warpgroups, README v9), the only shapes its sweep runs; v11 keeps them.
 using V10Shapes = std::tuple<Shape<8, 64>, Shape<8, 128>>;
+// v13: v12's two shapes where they fit; Bc = 128 only up to d = 128 (its K and V rings take 4 Bc d
+// elements of shared memory: 192 KiB at d = 192).
+using V13Shapes = std::tuple<Shape<8, 64, 256>, Shape<8, 128, 128>>;
 
 // Each shaped version: its kernel for (T, D, warps, Bc) and its rows per warp.
 struct V5 {
@@ -271,7 +281,29 @@ struct V12 {  // v11's shapes and shared memory; a producer warpgroup on top of 
   static auto kernel() { return v12::forward_kernel<T, D, W, C>; }
   static int64_t smem(int64_t d, int64_t warps, int64_t Bc) { return v12::smem_bytes(int(d), int(warps), int(Bc)); }
 };
-// Threads a version launches beyond its W compute warps (v12: the producer warpgroup).
+struct V13 {  // v12's design at every native width D (the kernel's Dq)
+  static constexpr int rows_per_warp = 16, extra_threads = v13::kProducerThreads;
+  using Shapes = V13Shapes;
+  template <class T, int D, int W, int C>
+  static auto kernel() { return v13::forward_kernel<T, D, W, C>; }
+  static int64_t smem(int64_t d, int64_t warps, int64_t Bc) { return v13::smem_bytes(int(d), int(warps), int(Bc)); }
+};
+// The native widths (head dims a kernel is compiled for) of v13, and of v2 ... v12.
+template <int... W>
+struct Widths {
+  static constexpr int list[sizeof...(W)] = {W...};
+};
+using V13Widths = Widths<32, 64, 96, 128, 192, 256>;
+using V5Widths = Widths<64, 128, 192, 256>;  // v5: every d, on any GPU with mma.sync
+using TcWidths = Widths<64, 128>;
+// The smallest of the widths >= d, 0 if none.
+template <class Ws>
+int64_t next_width(int64_t d) {
+  for (int w : Ws::list)
+    if (w >= d) return w;
+  return 0;
+}
+// Threads a version launches beyond its W compute warps (v12, v13: the producer warpgroup).
 template <class Ver>
 constexpr int extra_threads() {
   if constexpr (requires { Ver::extra_threads; }) return Ver::extra_threads;
@@ -290,10 +322,11 @@ std::vector<BlockShape> shape_list(int64_t d) {
   return shape_list<Ver>(d, static_cast<typename Ver::Shapes*>(nullptr));
 }
 
-// Launches a tensor-core kernel (v2 ... v12) for the dtype and head dim of the problem:
-// make(T, D) returns the kernel function for T = __half/__nv_bfloat16, D = 64/128; extra...
-// follow the common arguments (v10 ... v12: the tile counter; v12: then its tensor maps).
-template <class Make, class... Extra>
+// Launches a tensor-core kernel (v2 ... v13) for the dtype and the plan's native width:
+// make(T, D) returns the kernel function for T = __half/__nv_bfloat16, D = pl.d_kernel, one of Ws
+// (v2 ... v12: 64, 128; v13: its six); extra... follow the common arguments (v10 ... v13: the tile
+// counter; v12, v13: then their tensor maps).
+template <class Ws = TcWidths, class Make, class... Extra>
 void tc_launch(const fa::AttnProblem& p, fa::DType dtype, const void* Q, const void* K, const void* V,
                void* O, float* LSE, const Plan& pl, cudaStream_t stream, Make make, Extra... extra) {
   auto launch = [&](auto tag, auto d_tag) {
@@ -314,10 +347,13 @@ void tc_launch(const fa::AttnProblem& p, fa::DType dtype, const void* Q, const v
         LSE, p, p.resolved_scale(), ceil_div(p.N_q, pl.Br), extra...);
     FA_CUDA_CHECK(cudaGetLastError());
   };
-  using D64 = std::integral_constant<int, 64>;
-  using D128 = std::integral_constant<int, 128>;
-  if (dtype == fa::DType::fp16) p.d == 64 ? launch(__half{}, D64{}) : launch(__half{}, D128{});
-  else p.d == 64 ? launch(__nv_bfloat16{}, D64{}) : launch(__nv_bfloat16{}, D128{});
+  const auto with_width = [&]<int... W>(auto tag, Widths<W...>*) {
+    const bool found = ((pl.d_kernel == W ? (launch(tag, std::integral_constant<int, W>{}), true) : false) || ...);
+    if (!found)  // plan() chose the width: unreachable unless the two disagree
+      throw Unsupported("--head-dim", "a compiled width", std::to_string(pl.d_kernel));
+  };
+  if (dtype == fa::DType::fp16) with_width(__half{}, static_cast<Ws*>(nullptr));
+  else with_width(__nv_bfloat16{}, static_cast<Ws*>(nullptr));
 }
 
 // Ver compiled for shape S, if S is the plan's shape.
@@ -381,30 +417,38 @@ void tc_forward(const fa::AttnProblem& p, fa::DType dtype, const void* Q, const 
   else if (pl.runs == "v4")
     go([](auto t, auto d) { return v4::forward_kernel<decltype(t), decltype(d)::value>; });
   else if (pl.runs == "v5")
-    found = dispatch_shape<V5>(pl, p.d, go);
+    found = dispatch_shape<V5>(pl, pl.d_kernel, [&](auto make) { tc_launch<V5Widths>(p, dtype, Q, K, V, O, LSE, pl, stream, make); });
   else if (pl.runs == "v6")
-    found = dispatch_shape<V6>(pl, p.d, go);
+    found = dispatch_shape<V6>(pl, pl.d_kernel, go);
   else if (pl.runs == "v7")
-    found = dispatch_shape<V7>(pl, p.d, go);
+    found = dispatch_shape<V7>(pl, pl.d_kernel, go);
   else if (pl.runs == "v8")
-    found = dispatch_shape<V8>(pl, p.d, go);
+    found = dispatch_shape<V8>(pl, pl.d_kernel, go);
   else if (pl.runs == "v9")
-    found = dispatch_shape<V9>(pl, p.d, go);
-  else if (pl.runs == "v10" || pl.runs == "v11" || pl.runs == "v12") {
-    // The tile scheduler of v10 (and v11, v12): one counter, zeroed on the stream before the launch,
+    found = dispatch_shape<V9>(pl, pl.d_kernel, go);
+  else if (pl.runs == "v10" || pl.runs == "v11" || pl.runs == "v12" || pl.runs == "v13") {
+    // The tile scheduler of v10 (and v11 ... v13): one counter, zeroed on the stream before the launch,
     // freed after it (stream-ordered, so concurrent calls on other streams each have their own).
     fa::DeviceBuffer<unsigned> counter(1, fa::Mem::Extra, stream);
     FA_CUDA_CHECK(cudaMemsetAsync(counter.get(), 0, sizeof(unsigned), stream));
     const auto go_counter = [&](auto make) { tc_launch(p, dtype, Q, K, V, O, LSE, pl, stream, make, counter.get()); };
-    if (pl.runs == "v12") {  // and v12's copies: a tensor map per Q, K, V (one box: 64 columns x Br or Bc rows)
+    if (pl.runs == "v12" || pl.runs == "v13") {
+      // and v12's copies: a tensor map per Q, K, V (one box: 64 columns x Br or Bc rows). Rows are
+      // p.d wide (v13: columns past p.d of a box arrive as zeros).
       const CUtensorMap tm_q = tensor_map_3d(Q, dtype, p.d, p.N_q, p.B * p.H, int(pl.Br));
       const CUtensorMap tm_k = tensor_map_3d(K, dtype, p.d, p.N_k, p.B * p.H_kv, int(pl.Bc));
       const CUtensorMap tm_v = tensor_map_3d(V, dtype, p.d, p.N_k, p.B * p.H_kv, int(pl.Bc));
-      found = dispatch_shape<V12>(pl, p.d, [&](auto make) {
-        tc_launch(p, dtype, Q, K, V, O, LSE, pl, stream, make, counter.get(), tm_q, tm_k, tm_v);
-      });
+      if (pl.runs == "v12")
+        found = dispatch_shape<V12>(pl, pl.d_kernel, [&](auto make) {
+          tc_launch(p, dtype, Q, K, V, O, LSE, pl, stream, make, counter.get(), tm_q, tm_k, tm_v);
+        });
+      else
+        found = dispatch_shape<V13>(pl, pl.d_kernel, [&](auto make) {
+          tc_launch<V13Widths>(p, dtype, Q, K, V, O, LSE, pl, stream, make, counter.get(), tm_q, tm_k, tm_v);
+        });
     } else
-      found = pl.runs == "v10" ? dispatch_shape<V10>(pl, p.d, go_counter) : dispatch_shape<V11>(pl, p.d, go_counter);
+      found = pl.runs == "v10" ? dispatch_shape<V10>(pl, pl.d_kernel, go_counter)
+                               : dispatch_shape<V11>(pl, pl.d_kernel, go_counter);
   } else
     found = false;
   if (!found)  // plan() checked the shape: unreachable unless the two disagree
@@ -422,6 +466,7 @@ std::vector<BlockShape> block_shapes(const std::string& kernel, int64_t d) {
   if (kernel == "v10") return shape_list<V10>(d);
   if (kernel == "v11") return shape_list<V11>(d);
   if (kernel == "v12") return shape_list<V12>(d);
+  if (kernel == "v13") return shape_list<V13>(d);
   return {};
 }
 
@@ -430,7 +475,7 @@ BlockShape default_shape(const std::string& kernel, int64_t d) {
   // H200, at d = 64 and 128, N = 1024 and 8192, causal or not. v5: 128 x 128 was the fastest
   // shape, or within 2 % of it, everywhere (our guess before the sweep was 128 x 64). v6: 128 x 64
   // at d = 64 and 128 x 32 at d = 128 were the fastest everywhere (the guesses before its sweep).
-  if (kernel == "v5") return {128, 128};
+  if (kernel == "v5") return d <= 128 ? BlockShape{128, 128} : BlockShape{64, 32};  // d > 128: its one shape
   if (kernel == "v6") return d <= 64 ? BlockShape{128, 64} : BlockShape{128, 32};
   // v7: our guess before its sweep was v5's winner, 128 x 128 (two warpgroups). The sweep kept it
   // at d = 128 (320 TFLOP/s at N = 8192, the next shape 275) and chose 64 x 128 at d = 64 (one
@@ -450,69 +495,108 @@ BlockShape default_shape(const std::string& kernel, int64_t d) {
   if (kernel == "v11") return default_shape("v10", d);
   // v12: v11's (the producer's registers and barriers do not change what fits).
   if (kernel == "v12") return default_shape("v11", d);
+  // v13: v12's 128 x 128 where it fits (d <= 128), else 128 x 64, the one shape that does. A guess
+  // before its sweep (lab notebook, v13).
+  if (kernel == "v13") return d <= 128 ? BlockShape{128, 128} : BlockShape{128, 64};
   return {0, 0};
 }
 
-Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const Config& cfg) {
-  const KernelInfo& info = kernel_info(kernel);
-  fa::validate(p);
-  if (p.d > info.max_d)
-    throw Unsupported("--head-dim", "at most " + std::to_string(info.max_d) + " for kernel " + kernel,
-                      std::to_string(p.d));
-  Plan pl;
-  pl.runs = kernel;
-  if (info.tensor_cores && (dtype == fa::DType::fp32 || (p.d != 64 && p.d != 128))) {
-    pl.runs = "v1";
-    pl.note = kernel + " runs fp16/bf16 at d = 64 or 128 (tensor cores); ran v1 for " +
-              fa::dtype_name(dtype) + " at d = " + std::to_string(p.d);
-  } else if (info.wgmma) {
-    const int sm = cfg.sm > 0 ? cfg.sm : fa::gpu_compute_capability();
 #if FA05_HAVE_SM90A
-    constexpr bool built = true;
+constexpr bool kHaveSm90a = true;
 #else
-    constexpr bool built = false;  // v7's kernels are compiled only into sm_90a code
+constexpr bool kHaveSm90a = false;  // v7 ... v13 are compiled only into sm_90a code
 #endif
-    if (!built || (sm > 0 && sm != 90)) {
-      pl.runs = "v5";  // every v7 (v8 ... v12) shape is a v5 shape (V7Shapes)
-      pl.note = !built ? kernel + " needs a build for sm_90a (wgmma); this one has none: ran v5"
-                       : kernel + " runs on sm_90 only (wgmma); ran v5 on this sm_" + std::to_string(sm) + " GPU";
-    } else if (kernel == "v8" && p.d == 64) {
+
+AutoChoice auto_kernel(const fa::AttnProblem& p, fa::DType dtype, const Config& cfg) {
+  if (dtype == fa::DType::fp32) return {"v1", "fp32 runs v1: every tensor-core version takes fp16/bf16"};
+  const int sm = cfg.sm > 0 ? cfg.sm : fa::gpu_compute_capability();
+  if (kHaveSm90a && (sm <= 0 || sm == 90))
+    return {"v13", "Hopper: v13, v12's design at every native width"};
+  (void)p;
+  return {"v5", "no wgmma here: v5, mma.sync at widths 64, 128, 192 and 256"};
+}
+
+Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const Config& cfg) {
+  fa::validate(p);
+  std::string name = kernel;  // the kernel asked for, once "auto" is resolved
+  Plan pl;
+  if (kernel == "auto") {
+    const AutoChoice choice = auto_kernel(p, dtype, cfg);
+    name = choice.kernel;
+    pl.note = "auto: " + choice.kernel + " (" + choice.why + ")";
+  }
+  const KernelInfo& info = kernel_info(name);
+  if (p.d > info.max_d)
+    throw Unsupported("--head-dim", "at most " + std::to_string(info.max_d) + " for kernel " + name,
+                      std::to_string(p.d));
+  const auto add_note = [&](const std::string& n) { pl.note += (pl.note.empty() ? "" : "; ") + n; };
+  pl.runs = name;
+  const int64_t tc_width = next_width<TcWidths>(p.d);  // v2 ... v12's width for d (0: none, d > 128)
+  const auto widths_cover = [&](const std::string& k) {  // k has a native width >= d
+    return k == "v13" || k == "v5" || tc_width > 0;
+  };
+  if (info.tensor_cores && dtype == fa::DType::fp32) {
+    pl.runs = "v1";
+    add_note(name + " runs fp16/bf16 (tensor cores); ran v1 for fp32");
+  } else if (info.tensor_cores && !widths_cover(name)) {
+    pl.runs = name == "v12" ? "v13" : "v1";
+    add_note(name + " runs d <= 128 (compiled for 64 and 128, other d zero-padded); ran " + pl.runs + " at d = " +
+             std::to_string(p.d));
+  }
+  if (kernel_info(pl.runs).wgmma) {
+    const int sm = cfg.sm > 0 ? cfg.sm : fa::gpu_compute_capability();
+    if (!kHaveSm90a || (sm > 0 && sm != 90)) {
+      const std::string asked = pl.runs;
+      pl.runs = "v5";  // every v7 ... v13 shape is a v5 shape (V7Shapes); above d = 128, v5's own
+      add_note(!kHaveSm90a ? asked + " needs a build for sm_90a (wgmma); this one has none: ran " + pl.runs
+                           : asked + " runs on sm_90 only (wgmma); ran " + pl.runs + " on this sm_" + std::to_string(sm) + " GPU");
+    } else if (pl.runs == "v8" && tc_width == 64) {
       // Measured on the H200 (README, v8): at d = 64 v7's 64 x 128 blocks fit three to an SM, and
       // v8's second Q tile leaves room for two; v8 ran 17 % slower there. v7 runs instead.
       pl.runs = "v7";
-      pl.note = "v8 runs d = 128 only (at d = 64 its second Q tile costs v7's third block per SM): ran v7";
-    } else if (kernel == "v10" && p.d == 64) {
+      add_note("v8 runs d = 128 only (at d = 64 its second Q tile costs v7's third block per SM): ran v7");
+    } else if (pl.runs == "v10" && tc_width == 64) {
       // Measured on the H200 (README, v10): at d = 64 its tile bookkeeping takes v9's 127 registers
       // past 128 (135 in the first draft, 150 now), one block per SM instead of two, 26-32 % slower.
       // v9 runs instead.
       pl.runs = "v9";
-      pl.note = "v10 runs d = 128 only (at d = 64 its registers cost v9's second block per SM): ran v9";
-    } else if (kernel == "v11" && p.d == 64) {
+      add_note("v10 runs d = 128 only (at d = 64 its registers cost v9's second block per SM): ran v9");
+    } else if (pl.runs == "v11" && tc_width == 64) {
       // v10's kernel with another ending: the same reason, not measured again.
       pl.runs = "v9";
-      pl.note = "v11 runs d = 128 only (as v10: at d = 64 its registers cost v9's second block per SM): ran v9";
-    } else if (kernel == "v12" && p.d == 64) {
+      add_note("v11 runs d = 128 only (as v10: at d = 64 its registers cost v9's second block per SM): ran v9");
+    } else if (pl.runs == "v12" && tc_width == 64) {
       // v11's consumers with a producer warpgroup on top: the same reason, not measured again.
       pl.runs = "v9";
-      pl.note = "v12 runs d = 128 only (as v10: at d = 64 its registers cost v9's second block per SM): ran v9";
+      add_note("v12 runs d = 128 only (as v10: at d = 64 its registers cost v9's second block per SM): ran v9");
     }
-    if (info.persistent && pl.runs != kernel && cfg.persistent_blocks > 0)
-      pl.note += "; --persistent-blocks does not apply to " + pl.runs;
+    if (info.persistent && pl.runs != name && cfg.persistent_blocks > 0)
+      add_note("--persistent-blocks does not apply to " + pl.runs);
   }
   // The knobs mean nothing to the other kernels: refuse them rather than ignore them. v1 takes
   // all three; v5, v6 and v7 take a block shape they are compiled for (--block-q, --block-k).
   const KernelInfo& runs = kernel_info(pl.runs);
   const bool runs_shaped = runs.shaped;
-  if (cfg.persistent_blocks > 0 && !info.persistent)  // v8, v10 ... v12 that falls back ignores it
-    throw Unsupported("--persistent-blocks", "only with v8, v10, v11 or v12", "kernel " + kernel);
+  // The head-dim padding (Plan::d_kernel, d_buffers): the next native width of the kernel that runs.
+  pl.d_kernel = pl.d_buffers = p.d;
+  if (runs.tensor_cores) {
+    pl.d_kernel = pl.runs == "v13" ? next_width<V13Widths>(p.d) : pl.runs == "v5" ? next_width<V5Widths>(p.d) : tc_width;
+    pl.d_buffers = pl.runs == "v13" ? (p.d + 7) / 8 * 8 : pl.d_kernel;  // TMA reads rows of 16-byte multiples
+    if (pl.d_kernel != p.d)
+      add_note("d = " + std::to_string(p.d) + " runs " + pl.runs + "'s d = " + std::to_string(pl.d_kernel) + " kernel, " +
+               (pl.d_buffers == p.d ? "its columns past d filled with zeros by TMA"
+                                    : "on copies of Q, K, V, O zero-padded to " + std::to_string(pl.d_buffers) + " columns"));
+  }
+  if (cfg.persistent_blocks > 0 && !info.persistent)  // v8, v10 ... v13 that falls back ignores it
+    throw Unsupported("--persistent-blocks", "only with v8, v10, v11, v12 or v13", "kernel " + name);
   if (pl.runs != "v1" && (cfg.sram_bytes > 0 || ((cfg.Br > 0 || cfg.Bc > 0) && !runs_shaped)))
     throw Unsupported(runs_shaped ? "--sram-bytes" : "--sram-bytes/--block-q/--block-k",
-                      runs_shaped ? "only with v1 (" + kernel + " takes --block-q/--block-k)" : "only with v1, v5 ... v12",
-                      "kernel " + kernel + ", which runs " + pl.runs + " here");
+                      runs_shaped ? "only with v1 (" + name + " takes --block-q/--block-k)" : "only with v1, v5 ... v13",
+                      "kernel " + name + ", which runs " + pl.runs + " here");
   if (pl.runs == "v2" || pl.runs == "v3" || pl.runs == "v4") {
     pl.Br = 64, pl.Bc = 64;  // v2::Br, v2::Bc; v3 and v4 keep them
     pl.threads = 128;
-    const int D = int(p.d);
+    const int D = int(pl.d_kernel);
     pl.smem_bytes = pl.runs == "v2" ? (D == 64 ? v2::smem_bytes<64>() : v2::smem_bytes<128>())
                                     : (D == 64 ? v3::smem_bytes<64>() : v3::smem_bytes<128>());
     pl.blocks = p.B * p.H * ceil_div(p.N_q, pl.Br);
@@ -520,27 +604,32 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
     // The shared memory of shape (Br, Bc) for the kernel that runs (v7, v8: 16 rows per warp, as v5).
     const auto smem = [&](int64_t Br, int64_t Bc) {
       const int64_t warps = Br / (pl.runs == "v6" ? V6::rows_per_warp : V5::rows_per_warp);
-      return pl.runs == "v5"   ? V5::smem(p.d, warps, Bc)
-             : pl.runs == "v6" ? V6::smem(p.d, warps, Bc)
-             : pl.runs == "v7" ? V7::smem(p.d, warps, Bc)
-             : pl.runs == "v8" ? V8::smem(p.d, warps, Bc)
-             : pl.runs == "v9" ? V9::smem(p.d, warps, Bc)
-             : pl.runs == "v10" ? V10::smem(p.d, warps, Bc)
-             : pl.runs == "v11" ? V11::smem(p.d, warps, Bc)
-                                : V12::smem(p.d, warps, Bc);
+      const int64_t D = pl.d_kernel;
+      return pl.runs == "v5"   ? V5::smem(D, warps, Bc)
+             : pl.runs == "v6" ? V6::smem(D, warps, Bc)
+             : pl.runs == "v7" ? V7::smem(D, warps, Bc)
+             : pl.runs == "v8" ? V8::smem(D, warps, Bc)
+             : pl.runs == "v9" ? V9::smem(D, warps, Bc)
+             : pl.runs == "v10" ? V10::smem(D, warps, Bc)
+             : pl.runs == "v11" ? V11::smem(D, warps, Bc)
+             : pl.runs == "v12" ? V12::smem(D, warps, Bc)
+                                : V13::smem(D, warps, Bc);
     };
-    const BlockShape def = default_shape(kernel, p.d);  // v7/v8 -> v5 keeps their shape
+    // The shapes offered: those of the kernel that runs, or, where v5 stands in for a wgmma
+    // version, those of the version asked for (each is a v5 shape).
+    const std::string shape_of = pl.runs == "v5" && pl.d_kernel <= 128 ? name : pl.runs;
+    const BlockShape def = default_shape(shape_of, pl.d_kernel);
     pl.Br = cfg.Br > 0 ? cfg.Br : def.Br;
     pl.Bc = cfg.Bc > 0 ? cfg.Bc : def.Bc;
     bool compiled = false;
     std::string list;
-    const std::vector<BlockShape> shapes = block_shapes(kernel, p.d);  // v7's (v8's), also when v5 runs them
+    const std::vector<BlockShape> shapes = block_shapes(shape_of, pl.d_kernel);
     for (const BlockShape& sh : shapes) {
       compiled = compiled || (sh.Br == pl.Br && sh.Bc == pl.Bc);
       list += (list.empty() ? "" : ", ") + std::to_string(sh.Br) + "x" + std::to_string(sh.Bc);
     }
     if (!compiled)
-      throw Unsupported("--block-q/--block-k", "a " + kernel + " shape Br x Bc among " + list,
+      throw Unsupported("--block-q/--block-k", "a " + shape_of + " shape Br x Bc among " + list,
                         std::to_string(pl.Br) + "x" + std::to_string(pl.Bc));
     // A default shape that does not fit this GPU's shared memory gives way to the largest compiled
     // one that does (a shape asked for is kept, and refused at launch if it does not fit).
@@ -553,9 +642,8 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
             (sh.Br * sh.Bc > best.Br * best.Bc || (sh.Br * sh.Bc == best.Br * best.Bc && sh.Br > best.Br)))
           best = sh;  // the most work per block; on a tie more rows share each K/V tile
       if (best.Br > 0) {
-        pl.note += (pl.note.empty() ? "" : "; ") + std::to_string(pl.Br) + "x" + std::to_string(pl.Bc) +
-                   " blocks need more shared memory than this GPU's " + std::to_string(limit) + " bytes: " +
-                   std::to_string(best.Br) + "x" + std::to_string(best.Bc);
+        add_note(std::to_string(pl.Br) + "x" + std::to_string(pl.Bc) + " blocks need more shared memory than this GPU's " +
+                 std::to_string(limit) + " bytes: " + std::to_string(best.Br) + "x" + std::to_string(best.Bc));
         pl.Br = best.Br, pl.Bc = best.Bc;
       }
     }
@@ -585,6 +673,9 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
     const int64_t nxn = p.B * p.H * p.N_q * p.N_k;
     pl.workspace_bytes = 4 * nxn + (dtype == fa::DType::fp32 ? 0 : 2 * nxn);
   }
+  pl.padded_copies = pl.d_buffers != p.d;
+  if (pl.padded_copies)  // zero-padded copies of Q, O (B H N_q rows each) and K, V (B H_kv N_k rows)
+    pl.workspace_bytes += (2 * p.B * p.H * p.N_q + 2 * p.B * p.H_kv * p.N_k) * pl.d_buffers * fa::dtype_bytes(dtype);
   if (pl.blocks > INT_MAX)
     throw Unsupported("--batch/--heads/--seq-q", "at most 2^31 - 1 thread blocks", std::to_string(pl.blocks));
   return pl;
@@ -600,7 +691,8 @@ void check_alignment(const Plan& pl, fa::DType dtype, const void* Q, const void*
       throw fa::InputError("Q/K/V/O", "pointers aligned to the " + std::to_string(fa::dtype_bytes(dtype)) +
                                           "-byte element size", "a misaligned pointer");
   if (!aligned(LSE, 4)) throw fa::InputError("LSE", "a 4-byte aligned pointer", "a misaligned pointer");
-  if (pl.runs != "v1" && pl.runs != "cublas")
+  // (On padded copies the kernel reads only the workspace: the copies need the element alignment.)
+  if (pl.runs != "v1" && pl.runs != "cublas" && !pl.padded_copies)
     for (const void* ptr : {Q, K, V, O})
       if (!aligned(ptr, 16))
         throw Unsupported("Q/K/V/O", "16-byte aligned pointers for " + pl.runs + "'s 16-byte loads",
@@ -614,6 +706,24 @@ void forward(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtyp
   here.sm = 0, here.smem_optin = 0;
   const Plan pl = plan(kernel, p, dtype, here);
   check_alignment(pl, dtype, Q, K, V, O, LSE);
+  if (pl.padded_copies) {
+    // Head-dim padding (common/cuda/pad_columns.hpp): the kernel runs on zero-padded copies, with
+    // the scale of the real d; LSE is written directly (zero columns do not change it).
+    const int64_t e = fa::dtype_bytes(dtype), D = pl.d_buffers;
+    const int64_t q_rows = p.B * p.H * p.N_q, kv_rows = p.B * p.H_kv * p.N_k;
+    fa::DeviceBuffer<unsigned char> work(size_t((2 * q_rows + 2 * kv_rows) * D * e), fa::Mem::Extra, stream);
+    unsigned char* Qp = work.get();
+    unsigned char *Kp = Qp + q_rows * D * e, *Vp = Kp + kv_rows * D * e, *Op = Vp + kv_rows * D * e;
+    fa::pad_columns(Q, Qp, q_rows, p.d, D, e, stream);
+    fa::pad_columns(K, Kp, kv_rows, p.d, D, e, stream);
+    fa::pad_columns(V, Vp, kv_rows, p.d, D, e, stream);
+    fa::AttnProblem padded = p;
+    padded.d = D;
+    padded.scale = p.resolved_scale();
+    tc_forward(padded, dtype, Qp, Kp, Vp, Op, LSE, pl, stream);
+    fa::unpad_columns(Op, O, q_rows, D, p.d, e, stream);
+    return;
+  }
   if (pl.runs != "v1" && pl.runs != "cublas") {
     tc_forward(p, dtype, Q, K, V, O, LSE, pl, stream);
     return;

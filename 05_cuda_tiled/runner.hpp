@@ -51,8 +51,8 @@ struct KernelInfo {
                       // baseline then rounds P too: conformance.hpp)
   int64_t max_d;      // largest head dimension it supports
   // What plan() and the launch need to know about it (kernels(): one row per version says it once):
-  bool tensor_cores = false;  // fp16/bf16 at d = 64 and 128 only (v2 ... v12; else v1 runs)
-  bool wgmma = false;         // sm_90a only (v7 ... v12; else v5 runs, at the same block shape)
+  bool tensor_cores = false;  // fp16/bf16 only, at its native widths and padded ones (v2 ... v13; else v1 runs)
+  bool wgmma = false;         // sm_90a only (v7 ... v13; else v5 runs, at the same block shape)
   bool shaped = false;        // takes --block-q/--block-k among block_shapes() (v5 ... v12)
   bool persistent = false;    // as many blocks as stay resident, each walking tiles; takes
                               // --persistent-blocks (v8, v10 ... v12)
@@ -60,9 +60,9 @@ struct KernelInfo {
   int64_t extra_threads = 0;  // threads launched beyond its compute warps (v12: the producer warpgroup)
 };
 
-// Every kernel, in course order.
+// Every kernel, in course order ("auto" is not one: plan() resolves it to one of these).
 const std::vector<KernelInfo>& kernels();
-// Throws fa::InputError("--kernel", ...) for an unknown name.
+// Throws fa::InputError("--kernel", ...) for an unknown name (and for "auto").
 const KernelInfo& kernel_info(const std::string& name);
 
 // A problem a kernel does not support (head dim, size): an InputError, reported by the C ABI as
@@ -82,8 +82,23 @@ struct Plan {
                                 // min(tiles, SMs x resident blocks per SM) persistent blocks run
   int64_t persistent_blocks = 0;  // v8, v10 ... v12: Config::persistent_blocks, the cap on those blocks
   int64_t smem_bytes = 0;       // shared memory per thread block, bytes
-  int64_t workspace_bytes = 0;  // extra GPU memory the call allocates, bytes (v10 ... v12: the tile counter)
+  int64_t workspace_bytes = 0;  // extra GPU memory the call allocates, bytes (v10 ... v13: the tile counter;
+                                // and the padded copies below)
+  // Head-dim padding (common/cuda/pad_columns.hpp). d_kernel: the native width the kernel that runs
+  // is compiled for, the smallest of its widths >= d (v13: 32, 64, 96, 128, 192, 256; v2 ... v12: 64,
+  // 128; v1, cublas: d itself). d_buffers: the row width of the tensors it reads: d, or (where the
+  // kernel cannot pad by itself) d rounded up, in zero-padded workspace copies of Q, K, V and O.
+  // v13 reads rows of any d that is a multiple of 8 (TMA fills the rest of its width with zeros).
+  int64_t d_kernel = 0, d_buffers = 0;
+  bool padded_copies = false;  // d_buffers != d: the kernel reads the workspace copies, not Q, K, V, O
 };
+
+// "auto": the kernel plan() runs when asked for "auto", for this dtype, d and GPU (Config::sm), with
+// the measurement that chose it (the lab notebook's tables, docs/lab/05_cuda_tiled.md).
+struct AutoChoice {
+  std::string kernel, why;
+};
+AutoChoice auto_kernel(const fa::AttnProblem& p, fa::DType dtype, const Config& cfg = {});
 
 // The shared memory one thread block may use on an sm_90 GPU (H100/H200), bytes. forward()
 // checks against the running device's own limit.
@@ -92,8 +107,9 @@ inline constexpr int64_t kMaxSmemSm90 = 227 * 1024;
 // Throws fa::InputError for an invalid problem (fa::validate) and Unsupported for one the kernel
 // cannot run (d > max_d, blocks whose shared memory exceeds kMaxSmemSm90, a grid past 2^31 - 1
 // blocks, a block shape it is not compiled for, a knob the kernel does not take); the message
-// names the flag. The tensor-core versions (v2 ... v12) run fp16/bf16 at d = 64 and 128; for anything
-// else they fall back to v1, and the plan says so (runs, note). v7 ... v12 (wgmma) run on sm_90 only, and
+// names the flag. The tensor-core versions run fp16/bf16: v2 ... v12 at d <= 128 (padded to 64 or
+// 128), v13 at every d <= 256; for anything else they fall back to v1 (v12 at d > 128: v13), and the
+// plan says so (runs, note). kernel "auto" is auto_kernel()'s choice; its note says which and why. v7 ... v12 (wgmma) run on sm_90 only, and
 // only in a build for sm_90a; elsewhere it falls back to v5, at its own block shape where that fits
 // the GPU's shared memory, and says so. Without --block-q/--block-k, v5 and v7 ... v12 take their default
 // shape, or the largest compiled one that fits the GPU's shared memory (an A100's 163 KiB holds

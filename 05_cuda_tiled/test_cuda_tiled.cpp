@@ -2,7 +2,8 @@
 //   - the conformance battery for every kernel in fp32, fp16 and bf16 (common/conformance.hpp;
 //     v3 ... v6 in fp16 and bf16, where they run themselves)
 //   - v1 at block shapes that do not divide N, at tiny and huge blocks, at head dims 1 .. 256
-//   - every tensor-core version (v2 ... v12) at ragged sizes around its blocks, d = 64 and 128;
+//   - every tensor-core version (v2 ... v13) at ragged sizes around its blocks, d = 64 and 128;
+//     v13 at every native width and between them, v5 and v2 at padded widths, and auto;
 //     v5 ... v12 at every block shape they are compiled for; v9 ... v12 against the version they
 //     change, bit for bit
 //   - determinism (a race shows as a result that moves between runs)
@@ -32,7 +33,7 @@ namespace {
 const fa::DType kDtypes[] = {fa::DType::fp32, fa::DType::fp16, fa::DType::bf16};
 
 fa::Storage storage(const std::string& kernel, fa::DType t) {
-  return {t, fa05::kernel_info(kernel).P_in_dtype};
+  return {t, kernel == "auto" || fa05::kernel_info(kernel).P_in_dtype};  // auto: a tensor-core version in 16 bits
 }
 
 }  // namespace
@@ -51,8 +52,8 @@ TEST_CASE("05 v2 (tensor cores): conformance battery in fp16 and bf16 (and fp32 
   }
 }
 
-TEST_CASE("05 v3 ... v12: conformance battery in fp16 and bf16") {
-  for (const char* k : {"v3", "v4", "v5", "v6", "v7", "v8", "v9", "v10", "v11", "v12"})
+TEST_CASE("05 v3 ... v13: conformance battery in fp16 and bf16") {
+  for (const char* k : {"v3", "v4", "v5", "v6", "v7", "v8", "v9", "v10", "v11", "v12", "v13"})
     for (fa::DType t : {fa::DType::fp16, fa::DType::bf16}) {
       INFO(k << " dtype " << std::string(fa::dtype_name(t)));
       fa::check_forward_battery(stage_05_forward(k, t), false, storage(k, t));
@@ -97,6 +98,41 @@ TEST_CASE("05 ragged v9: N_q != N_k, causal, GQA at d = 64 and 128, fp16 and bf1
 TEST_CASE("05 ragged v10: N_q != N_k, causal, GQA at d = 64 and 128, fp16 and bf16") { check_ragged("v10"); }
 TEST_CASE("05 ragged v11: N_q != N_k, causal, GQA at d = 64 and 128, fp16 and bf16") { check_ragged("v11"); }
 TEST_CASE("05 ragged v12: N_q != N_k, causal, GQA at d = 64 and 128, fp16 and bf16") { check_ragged("v12"); }
+
+// Every head dim's route: the native widths of v13 (32 ... 256) and d between them, which run the
+// next width with zero columns (TMA's fill where d is a multiple of 8, padded copies elsewhere), and
+// the same d through v5 (mma.sync, widths 64 ... 256: the path of a GPU without wgmma) and v2
+// (64 and 128, padded copies). Ragged N around the blocks, causal, GQA, fp16 and bf16.
+const int64_t kWidthSizes[][2] = {{1, 1}, {17, 17}, {65, 65}, {127, 129}, {200, 63}, {63, 200}, {300, 1000}};
+void check_widths(const char* k, std::initializer_list<int64_t> dims) {
+  for (int64_t d : dims)
+    for (auto& nn : kWidthSizes)
+      for (bool causal : {false, true}) {
+        const fa::Case c{std::string(k) + " d " + std::to_string(d), fa::make_problem(2, 4, 2, nn[0], nn[1], d, causal),
+                         fa::Fill::HighDims};
+        for (fa::DType t : {fa::DType::fp16, fa::DType::bf16}) {
+          const fa05::Plan pl = fa05::plan(k, c.p, t);
+          CHECK(fa05::kernel_info(pl.runs).tensor_cores);
+          CHECK(pl.d_kernel >= d);
+          fa::check_forward_case(stage_05_forward(k, t), c, false, storage(k, t));
+        }
+      }
+}
+TEST_CASE("05 v13: every native width (32, 64, 96, 128, 192, 256), ragged, causal, GQA, fp16 and bf16") {
+  if (!runs_itself("v13")) MESSAGE("v13 runs v5 on this GPU");
+  check_widths("v13", {32, 64, 96, 128, 192, 256});
+}
+TEST_CASE("05 v13: padded widths (1, 8, 40, 59, 80, 111, 160, 200, 224, 255), ragged, causal, GQA") {
+  check_widths("v13", {1, 8, 40, 59, 80, 111, 160, 200, 224, 255});
+}
+TEST_CASE("05 v5 at every width (mma.sync: 64, 128, 192, 256, and padded d)") { check_widths("v5", {24, 100, 160, 192, 256}); }
+TEST_CASE("05 v2 at padded widths (d < 128 but 64)") { check_widths("v2", {8, 40, 80, 127}); }
+TEST_CASE("05 auto: the fastest kernel for the problem, at every head dim of real models") {
+  check_widths("auto", {32, 64, 80, 96, 128, 256});
+  const fa::AttnProblem p = fa::make_problem(1, 2, 1, 100, 100, 80, true);
+  CHECK(fa05::plan("auto", p, fa::DType::bf16).runs == fa05::auto_kernel(p, fa::DType::bf16).kernel);
+  CHECK(fa05::plan("auto", p, fa::DType::fp32).runs == "v1");
+}
 
 // Every block shape v5 ... v12 are compiled for (the sweep's candidates), not only the default
 // one, with N around 32, 64, 128 and 256.
@@ -328,7 +364,8 @@ TEST_CASE("05: a problem a kernel cannot run is refused before the GPU runs") {
 }
 
 TEST_CASE("05: every kernel gives bit-identical results run after run (no race)") {
-  // d = 72: v1's odd layout (v2 ... v9 run v1 there); d = 64 and 128: the tensor-core kernels.
+  // d = 72: v1's odd layout, the padded copies of v2 ... v12 and v13's zero-filled columns; d = 64
+  // and 128: the tensor-core kernels' native widths.
   for (const fa::AttnProblem& p : {fa::make_problem(2, 4, 2, 301, 257, 72, true), fa::make_problem(2, 4, 2, 301, 257, 64, true),
                                    fa::make_problem(1, 4, 1, 200, 333, 128, false)}) {
     const fa::Inputs in = fa::random_inputs(p, 11);
@@ -430,6 +467,11 @@ TEST_CASE("05: offsets past 2^31 elements at d = 128, v8, v10, v11, v12 (Q, O of
 // O must be the mean of V and LSE = log(N_k). The battery's sizes never reach this. The materialised
 // baseline (cublas) stores P normalised in the dtype: every P is 1/N_k rounded (in fp16 a
 // subnormal, 56 x 2^-24), so its O is the mean times N_k * round(1/N_k), predicted here exactly.
+// At d = 256, v13's widest tiles (one Q buffer) and v5's widest mma.sync kernel.
+TEST_CASE("05: offsets past 2^31 elements at d = 256, v13 and v5 (Q, O of 2^31 + 32768 elements, bf16)") {
+  check_offsets_past_2_31(256, {"v13", "v5"});
+}
+
 TEST_CASE("05: a row sum past 65504 (N_k = 300000, every score equal), every kernel, fp16 and bf16") {
   const int64_t N_q = 16, N_k = 300000, d = 64;
   fa::Inputs in;

@@ -92,7 +92,7 @@ TEST_CASE("05 plan: what a kernel cannot run is refused with the flag to change"
   huge.sram_bytes = 1 << 20;  // blocks needing ~1 MiB of shared memory
   CHECK_THROWS_WITH_AS(fa05::plan("v1", fa::make_problem(1, 1, 1, 4096, 4096, 64, false), fa::DType::fp32, huge),
                        doctest::Contains("--sram-bytes"), fa05::Unsupported);
-  CHECK_THROWS_WITH_AS(fa05::plan("v13", fa::make_problem(1, 1, 1, 8, 8, 64, false), fa::DType::fp32),
+  CHECK_THROWS_WITH_AS(fa05::plan("v14", fa::make_problem(1, 1, 1, 8, 8, 64, false), fa::DType::fp32),
                        doctest::Contains("--kernel"), fa::InputError);
   CHECK_THROWS_WITH_AS(fa05::plan("v1", fa::make_problem(1, 3, 2, 8, 8, 64, false), fa::DType::fp32),
                        doctest::Contains("--kv-heads"), fa::InputError);
@@ -110,7 +110,7 @@ TEST_CASE("05 plan: what a kernel cannot run is refused with the flag to change"
   CHECK_THROWS_WITH_AS(fa05::plan("v2", fa::make_problem(1, 1, 1, 64, 64, 64, false), fa::DType::bf16, knob),
                        doctest::Contains("--sram-bytes/--block-q/--block-k"), fa05::Unsupported);
   CHECK_THROWS_AS(fa05::plan("cublas", fa::make_problem(1, 1, 1, 64, 64, 64, false), fa::DType::bf16, knob), fa05::Unsupported);
-  CHECK(fa05::plan("v2", fa::make_problem(1, 1, 1, 64, 64, 80, false), fa::DType::bf16, knob).runs == "v1");  // v1 runs
+  CHECK(fa05::plan("v2", fa::make_problem(1, 1, 1, 64, 64, 80, false), fa::DType::fp32, knob).runs == "v1");  // v1 runs
   // cuBLAS takes int sizes: N_k, (H / H_kv) N_q and B H_kv past 2^31 - 1 are refused.
   CHECK_THROWS_WITH_AS(fa05::plan("cublas", fa::make_problem(1, 1, 1, 1, (int64_t(1) << 31) + 1, 1, false), fa::DType::fp32),
                        doctest::Contains("--seq-k"), fa05::Unsupported);
@@ -120,7 +120,7 @@ TEST_CASE("05 plan: what a kernel cannot run is refused with the flag to change"
                        doctest::Contains("--batch"), fa05::Unsupported);
 }
 
-TEST_CASE("05 plan: v2 runs fp16/bf16 at d = 64, 128 with 64 x 64 blocks; v1 otherwise, and says so") {
+TEST_CASE("05 plan: v2 runs fp16/bf16 at d <= 128 (64, 128, others padded) with 64 x 64 blocks; v1 otherwise, and says so") {
   for (int64_t d : {64, 128}) {
     const fa05::Plan pl = fa05::plan("v2", fa::make_problem(2, 4, 2, 1000, 300, d, true), fa::DType::bf16);
     CHECK(pl.runs == "v2");
@@ -132,7 +132,18 @@ TEST_CASE("05 plan: v2 runs fp16/bf16 at d = 64, 128 with 64 x 64 blocks; v1 oth
     CHECK(pl.smem_bytes == (64 + 2 * 64) * (d + 8) * 2);  // Q_i, K_j, V_j in 16 bits, rows padded
     CHECK(pl.workspace_bytes == 0);
   }
-  for (auto [d, t] : {std::pair<int64_t, fa::DType>{64, fa::DType::fp32}, {80, fa::DType::bf16}, {32, fa::DType::fp16}}) {
+  // Other d up to 128: the next width's kernel on zero-padded copies, in the plan's workspace.
+  for (auto [d, D] : {std::pair<int64_t, int64_t>{32, 64}, {1, 64}, {80, 128}, {127, 128}}) {
+    const fa05::Plan pl = fa05::plan("v2", fa::make_problem(2, 4, 2, 100, 30, d, false), fa::DType::fp16);
+    CHECK(pl.runs == "v2");
+    CHECK(pl.d_kernel == D);
+    CHECK(pl.d_buffers == D);
+    CHECK(pl.padded_copies);
+    CHECK(pl.smem_bytes == (64 + 2 * 64) * (D + 8) * 2);
+    CHECK(pl.workspace_bytes == (2 * 2 * 4 * 100 + 2 * 2 * 2 * 30) * D * 2);  // Q, O; K, V
+    CHECK(pl.note.find("zero-padded to " + std::to_string(D)) != std::string::npos);
+  }
+  for (auto [d, t] : {std::pair<int64_t, fa::DType>{64, fa::DType::fp32}, {160, fa::DType::bf16}, {256, fa::DType::fp16}}) {
     const fa05::Plan pl = fa05::plan("v2", fa::make_problem(1, 1, 1, 100, 100, d, false), t);
     CHECK(pl.runs == "v1");
     CHECK(pl.note.find("ran v1") != std::string::npos);
@@ -151,6 +162,15 @@ TEST_CASE("05 plan: v3, v4 double-buffer K and V; v5, v6 take a compiled shape, 
       CHECK(pl.smem_bytes == (64 + 4 * 64) * (d + 8) * 2);  // Q_i and two K_j, two V_j
       CHECK(fa05::plan(k, fa::make_problem(1, 1, 1, 100, 100, d, false), fa::DType::fp32).runs == "v1");
     }
+  // v5 is also compiled for d = 192 and 256 (the mma.sync path of GPUs without wgmma), in one shape.
+  for (int64_t d : {129, 192, 200, 256}) {
+    const fa05::Plan pl = fa05::plan("v5", fa::make_problem(1, 2, 1, 100, 100, d, true), fa::DType::bf16);
+    CHECK(pl.runs == "v5");
+    CHECK(pl.d_kernel == (d <= 192 ? 192 : 256));
+    CHECK(pl.Br == 64);
+    CHECK(pl.Bc == 32);
+    CHECK(pl.smem_bytes <= 163 * 1024);  // fits an A100's thread block
+  }
   for (const char* k : {"v5", "v6"}) {
     INFO(k);
     const int64_t rows_per_warp = std::string(k) == "v5" ? 16 : 32;
@@ -242,9 +262,11 @@ TEST_CASE("05 plan: v7 takes whole warpgroups and 64-key tiles, swizzled K/V; of
   fa05::Config asked = a100;  // a shape asked for is kept (and refused at launch where it does not fit)
   asked.Br = 128, asked.Bc = 128;
   CHECK(fa05::plan("v7", fa::make_problem(1, 2, 2, 500, 500, 128, false), fa::DType::bf16, asked).Bc == 128);
-  // fp32 and other head dims: v1, as for every tensor-core version
+  // fp32, and head dims past 128: v1, as for every tensor-core version but v5 and v13; d = 96 runs
+  // the d = 128 kernel on padded copies
   CHECK(fa05::plan("v7", fa::make_problem(1, 1, 1, 64, 64, 64, false), fa::DType::fp32, hopper).runs == "v1");
-  CHECK(fa05::plan("v7", fa::make_problem(1, 1, 1, 64, 64, 96, false), fa::DType::bf16, hopper).runs == "v1");
+  CHECK(fa05::plan("v7", fa::make_problem(1, 1, 1, 64, 64, 160, false), fa::DType::bf16, hopper).runs == "v1");
+  CHECK(fa05::plan("v7", fa::make_problem(1, 1, 1, 64, 64, 96, false), fa::DType::bf16, hopper).d_kernel == 128);
   fa05::Config narrow = hopper;
   narrow.Br = 128, narrow.Bc = 32;  // a v5 shape, not a v7 one
   CHECK_THROWS_WITH_AS(fa05::plan("v7", fa::make_problem(1, 1, 1, 64, 64, 64, false), fa::DType::bf16, narrow),
@@ -348,7 +370,7 @@ TEST_CASE("05 plan: v9 runs v7's shapes in v7's shared memory at d = 64 and 128;
     CHECK(def.Bc == fa05::default_shape("v9", d).Bc);
   }
   CHECK(fa05::plan("v9", fa::make_problem(1, 1, 1, 64, 64, 64, false), fa::DType::fp32, hopper).runs == "v1");
-  CHECK(fa05::plan("v9", fa::make_problem(1, 1, 1, 64, 64, 96, false), fa::DType::bf16, hopper).runs == "v1");
+  CHECK(fa05::plan("v9", fa::make_problem(1, 1, 1, 64, 64, 160, false), fa::DType::bf16, hopper).runs == "v1");
 }
 
 TEST_CASE("05 plan: v10 runs v9's two-warpgroup shapes with v8's second Q tile, a 4-byte counter, any grid cap; d = 64: v9; off sm_90: v5") {
@@ -418,7 +440,7 @@ TEST_CASE("05 plan: v10 runs v9's two-warpgroup shapes with v8's second Q tile, 
     CHECK(fa05::plan("v10", p64, fa::DType::bf16, ampere).runs == "v5");
   }
   CHECK(fa05::plan("v10", fa::make_problem(1, 1, 1, 64, 64, 64, false), fa::DType::fp32, hopper).runs == "v1");
-  CHECK(fa05::plan("v10", fa::make_problem(1, 1, 1, 64, 64, 96, false), fa::DType::bf16, hopper).runs == "v1");
+  CHECK(fa05::plan("v10", fa::make_problem(1, 1, 1, 64, 64, 160, false), fa::DType::bf16, hopper).runs == "v1");
 }
 
 // `kernel` launches as `ref` does (shapes, blocks, shared memory, tile counter, grid cap) with
@@ -469,13 +491,96 @@ TEST_CASE("05 plan: v11 launches exactly as v10 (shapes, blocks, shared memory, 
   fa05::Config capped;
   capped.sm = 90, capped.persistent_blocks = 2;
   CHECK_THROWS_WITH_AS(fa05::plan("v9", fa::make_problem(1, 2, 2, 500, 500, 128, false), fa::DType::bf16, capped),
-                       doctest::Contains("only with v8, v10, v11 or v12"), fa05::Unsupported);
+                       doctest::Contains("only with v8, v10, v11, v12 or v13"), fa05::Unsupported);
 }
 
 // v12 keeps v11's tile, shapes and shared memory (its barriers are static shared memory, on top);
 // it launches a producer warpgroup, 128 threads, beyond v11's compute warps. Its fallbacks are v11's.
 TEST_CASE("05 plan: v12 launches as v11 plus a producer warpgroup (128 threads); d = 64: v9; off sm_90: v5") {
   check_plans_as("v12", "v11", 128);
+}
+
+// v13 serves every d <= 256 from six native widths: d itself where it is one, else the next one up;
+// rows of d columns where d is a multiple of 8 (TMA fills the rest of a box with zeros), else
+// zero-padded copies d rounded up to 8 wide. Shared memory: two K, two V buffers and one or two Q
+// tiles of the width rounded up to 64 columns.
+TEST_CASE("05 plan: v13 runs every head dim at the next native width, padding only where TMA cannot") {
+  fa05::Config hopper;
+  hopper.sm = 90;
+  const int64_t B = 2, H = 4, H_kv = 2, N_q = 300, N_k = 200;
+  for (int64_t d = 1; d <= 256; ++d) {
+    INFO("d " << d);
+    const fa05::Plan pl = fa05::plan("v13", fa::make_problem(B, H, H_kv, N_q, N_k, d, true), fa::DType::bf16, hopper);
+    REQUIRE(pl.runs == "v13");
+    int64_t D = 0;  // the next native width, by the rule
+    for (int64_t w : {32, 64, 96, 128, 192, 256})
+      if (D == 0 && w >= d) D = w;
+    CHECK(pl.d_kernel == D);
+    const int64_t d8 = (d + 7) / 8 * 8;
+    CHECK(pl.d_buffers == d8);
+    CHECK(pl.padded_copies == (d % 8 != 0));
+    CHECK(pl.threads == 256 + 128);
+    CHECK(pl.Br == 128);
+    CHECK(pl.Bc == (D <= 128 ? 128 : 64));
+    const int64_t slab = (D + 63) / 64 * 64, q_tiles = (4 * pl.Bc + 2 * 128) * slab * 2 + 1024 <= fa05::kMaxSmemSm90 ? 2 : 1;
+    CHECK(pl.smem_bytes == (4 * pl.Bc + q_tiles * 128) * slab * 2 + 1024);
+    CHECK(pl.smem_bytes <= fa05::kMaxSmemSm90);
+    CHECK(q_tiles == (D == 256 ? 1 : 2));  // two Q tiles fit everywhere but at d = 256
+    const int64_t copies = d % 8 != 0 ? (2 * B * H * N_q + 2 * B * H_kv * N_k) * d8 * 2 : 0;
+    CHECK(pl.workspace_bytes == int64_t(sizeof(unsigned)) + copies);
+    CHECK((pl.note.empty()) == (D == d));
+  }
+  // v12 past d = 128 runs v13, and says so; off sm_90, v13 runs v5 (whose widths reach 256 too).
+  const fa05::Plan big = fa05::plan("v12", fa::make_problem(1, 2, 2, 100, 100, 256, false), fa::DType::fp16, hopper);
+  CHECK(big.runs == "v13");
+  CHECK(big.note.find("ran v13") != std::string::npos);
+  fa05::Config ampere;
+  ampere.sm = 80, ampere.smem_optin = 166912;
+  for (int64_t d : {32, 96, 200, 256}) {
+    const fa05::Plan fb = fa05::plan("v13", fa::make_problem(1, 2, 2, 100, 100, d, false), fa::DType::bf16, ampere);
+    CHECK(fb.runs == "v5");
+    CHECK(fb.d_kernel >= d);
+    CHECK(fb.smem_bytes <= 166912);
+  }
+  CHECK(fa05::plan("v13", fa::make_problem(1, 1, 1, 64, 64, 64, false), fa::DType::fp32, hopper).runs == "v1");
+  // Its two shapes at d <= 128; one (Bc = 64) above, where 128 keys' K and V rings do not fit.
+  CHECK(fa05::block_shapes("v13", 128).size() == 2);
+  CHECK(fa05::block_shapes("v13", 192).size() == 1);
+  fa05::Config wide = hopper;
+  wide.Br = 128, wide.Bc = 128;
+  CHECK_THROWS_WITH_AS(fa05::plan("v13", fa::make_problem(1, 1, 1, 64, 64, 192, false), fa::DType::bf16, wide),
+                       doctest::Contains("--block-q/--block-k"), fa05::Unsupported);
+}
+
+// "auto" (the issue's list of head dims): a tensor-core kernel in fp16 and bf16 on sm_90 (v13) and
+// on sm_80 (v5), at the next width of the kernel that runs; v1 in fp32; the note names the choice.
+TEST_CASE("05 plan: auto runs tensor cores at every head dim in fp16/bf16, on sm_90 and sm_80") {
+  for (int sm : {90, 80})
+    for (fa::DType t : {fa::DType::fp16, fa::DType::bf16})
+      for (int64_t d : {1, 8, 16, 32, 40, 59, 64, 80, 96, 111, 128, 160, 192, 224, 256}) {
+        INFO("sm " << sm << " " << fa::dtype_name(t) << " d " << d);
+        fa05::Config cfg;
+        cfg.sm = sm, cfg.smem_optin = sm == 90 ? fa05::kMaxSmemSm90 : 166912;
+        const fa::AttnProblem p = fa::make_problem(2, 8, 2, 257, 1000, d, true);
+        const fa05::Plan pl = fa05::plan("auto", p, t, cfg);
+        CHECK(fa05::kernel_info(pl.runs).tensor_cores);
+        CHECK(pl.runs == fa05::auto_kernel(p, t, cfg).kernel);
+        CHECK(pl.runs == (sm == 90 ? "v13" : "v5"));
+        CHECK(pl.d_kernel >= d);
+        CHECK(pl.smem_bytes <= cfg.smem_optin);
+        CHECK(pl.note.rfind("auto: " + pl.runs, 0) == 0);
+        // the same plan as asking for that kernel by name, but for the note
+        const fa05::Plan named = fa05::plan(pl.runs, p, t, cfg);
+        CHECK(named.d_kernel == pl.d_kernel);
+        CHECK(named.Br == pl.Br);
+        CHECK(named.Bc == pl.Bc);
+        CHECK(named.workspace_bytes == pl.workspace_bytes);
+      }
+  fa05::Config hopper;
+  hopper.sm = 90;
+  CHECK(fa05::plan("auto", fa::make_problem(1, 1, 1, 64, 64, 64, false), fa::DType::fp32, hopper).runs == "v1");
+  CHECK_THROWS_WITH_AS(fa05::plan("auto", fa::make_problem(1, 1, 1, 64, 64, 257, false), fa::DType::bf16, hopper),
+                       doctest::Contains("--head-dim"), fa05::Unsupported);
 }
 
 TEST_CASE("05 plan: the cuBLAS baseline's workspace is S (float32) and P (in 16 bits)") {
@@ -535,10 +640,11 @@ TEST_CASE("05 C ABI: kernels listed; bad arguments answered with a status, no GP
   CHECK(fa05_forward("v1", x, x, x, x, &dummy, 1, 1, 1, 8, 8, 300, FA05_FP32, 0, 0.f, nullptr) ==
         FA05_UNSUPPORTED);
   CHECK(std::string(fa05_runs("v2", 64, FA05_BF16)) == "v2");
-  CHECK(std::string(fa05_runs("v2", 80, FA05_BF16)) == "v1");
+  CHECK(std::string(fa05_runs("v2", 160, FA05_BF16)) == "v1");
+  CHECK(std::string(fa05_runs("v2", 80, FA05_BF16)) == "v2");  // on copies padded to 128
   CHECK(std::string(fa05_runs("v2", 64, FA05_FP32)) == "v1");
   CHECK(std::string(fa05_runs("cublas", 80, FA05_FP32)) == "cublas");
-  CHECK(fa05_runs("v13", 64, FA05_BF16) == nullptr);
+  CHECK(fa05_runs("v14", 64, FA05_BF16) == nullptr);
   CHECK(fa05_runs("v2", 0, FA05_BF16) == nullptr);
   int64_t bytes = -1;
   CHECK(fa05_workspace_bytes("cublas", 1, 2, 1, 10, 20, 8, FA05_BF16, 0, &bytes) == FA05_OK);
@@ -632,7 +738,7 @@ TEST_CASE("05 program: without a GPU, one line and exit code 2; bad flags are na
   }
   // Checked before the GPU is needed, GPU or not:
   const std::pair<const char*, const char*> bad[] = {
-      {"--kernel v13 --seq-q 8", "--kernel"},
+      {"--kernel v14 --seq-q 8", "--kernel"},
       {"--dtype fp8 --seq-q 8", "--dtype"},
       {"--head-dim 300 --seq-q 8", "--head-dim"},
       {"--seq-q 8 --heads 3 --kv-heads 2", "--kv-heads"},

@@ -243,12 +243,12 @@ def time_ms(fn, reps, launches=1):
     return statistics.median(sample(n) for _ in range(reps))
 
 
-def timing(fa, device, quick, log, dtypes=("bf16", "fp32"), launches=0):
+def timing(fa, device, quick, log, dtypes=("bf16", "fp32"), launches=0, dims=(64, 128), kernels=None, Ns=None):
     rows = []
-    Ns = [1024, 4096, 16384] if quick else [512, 1024, 2048, 4096, 8192, 16384]
+    Ns = Ns or ([1024, 4096, 16384] if quick else [512, 1024, 2048, 4096, 8192, 16384])
     for dname in dtypes:
         dt = DTYPES[dname][1]
-        for d in (64, 128):
+        for d in dims:
             for causal in (False, True):
                 for N in Ns:
                     B, H = 16384 // N, 2048 // d
@@ -260,8 +260,11 @@ def timing(fa, device, quick, log, dtypes=("bf16", "fp32"), launches=0):
                     scale = 1 / math.sqrt(d)
                     out = torch.empty_like(q)
                     lse = torch.empty(B, H, N, dtype=torch.float32, device=device)
-                    impls = [(f"fa05 {kname}", lambda kname=kname: fa.forward(kname, q, k, v, causal, scale, out, lse))
-                             for kname in fa.kernels if fa.runs(kname, d, dt) == kname]  # no fallbacks
+                    # Every kernel that runs itself here (no fallbacks), or those asked for; "auto" as
+                    # "fa05 auto=<what it ran>".
+                    names = kernels or [kname for kname in fa.kernels if fa.runs(kname, d, dt) == kname]
+                    impls = [(f"fa05 {kname}" + (f"={fa.runs(kname, d, dt)}" if kname == "auto" else ""),
+                              lambda kname=kname: fa.forward(kname, q, k, v, causal, scale, out, lse)) for kname in names]
                     impls += [(f"sdpa {b}", lambda b=b: sdpa(b, q, k, v, causal, scale)) for b in BACKENDS]
                     line = {}
                     for name, fn in impls:
@@ -319,10 +322,10 @@ class Fa06:
             raise RuntimeError(f"fa06_backward({kernel}): status {status}: {self.lib.fa06_last_error().decode()}")
 
 
-def timing_backward(device, quick, log, launches=0, fa=None, fa06=None):
+def timing_backward(device, quick, log, launches=0, fa=None, fa06=None, dims=(64, 128), Ns=None):
     rows = []
-    Ns = [1024, 4096, 16384] if quick else [512, 1024, 2048, 4096, 8192, 16384]
-    for d in (64, 128):
+    Ns = Ns or ([1024, 4096, 16384] if quick else [512, 1024, 2048, 4096, 8192, 16384])
+    for d in dims:
         for causal in (False, True):
             for N in Ns:
                 B, H = 16384 // N, 2048 // d
@@ -334,7 +337,7 @@ def timing_backward(device, quick, log, launches=0, fa=None, fa06=None):
                 cells = []
                 if fa is not None and fa06 is not None:
                     # Stage 06 from stage 05's O and LSE (its fastest forward for d), same tensors.
-                    fwd = {128: "v12", 64: "v9"}.get(d, "v1")
+                    fwd = "auto"
                     with torch.no_grad():
                         o, lse = fa.forward(fwd, q.detach(), k.detach(), v.detach(), causal, 1 / math.sqrt(d))
                     dq, dk, dv = (torch.empty_like(t) for t in (q, k, v))
@@ -377,10 +380,21 @@ def main():
     ap.add_argument("--backward", action="store_true", help="also time SDPA's and stage 06's backward (bf16)")
     ap.add_argument("--lib06", help="path to libfa06.so (default: beside --lib's build, 06_backward_recompute/)")
     ap.add_argument("--dtypes", default="bf16,fp32", help="the forward timing's dtypes (default bf16,fp32)")
+    ap.add_argument("--dims", default="64,128", help="head dims of the timing grid (default 64,128)")
+    ap.add_argument("--kernels", help="stage 05 kernels to time, e.g. v12,v13,auto (default: every one that runs itself)")
+    ap.add_argument("--Ns", help="sequence lengths of the timing grid, e.g. 512,2048,8192 (default: the papers' 512 ... 16384)")
     ap.add_argument("--launches", type=int, default=0,
                     help="back-to-back launches per CUDA-event pair (default 0: about 5 ms of them, 1 to 20; "
                          "1: one launch per pair, the method before 2026-11-30)")
     args = ap.parse_args()
+    try:
+        dims = [int(x) for x in args.dims.split(",")]
+        Ns = [int(x) for x in args.Ns.split(",")] if args.Ns else None
+    except ValueError:
+        print(f"compare_torch: --dims/--Ns: expected comma-separated integers, found {args.dims!r}/{args.Ns!r}",
+              file=sys.stderr)
+        return 2
+    kernels = args.kernels.split(",") if args.kernels else None
     gpu = open_gpu("compare_torch", args.lib)
     if gpu is None:
         return 2
@@ -397,7 +411,8 @@ def main():
         log("checks (vs float64):")
         ok = checks(fa, device, log)
         log(f"checks: {'PASS' if ok else 'FAIL'}")
-    rows = [] if args.no_timing else (log("timing (TFLOP/s, median of CUDA-event times):") or timing(fa, device, args.quick, log, args.dtypes.split(","), args.launches))
+    rows = [] if args.no_timing else (log("timing (TFLOP/s, median of CUDA-event times):") or timing(
+        fa, device, args.quick, log, args.dtypes.split(","), args.launches, dims, kernels, Ns))
     if args.backward:
         log("backward timing (TFLOP/s = 2.5 x forward FLOPs / time, median of CUDA-event times):")
         import os
@@ -406,7 +421,7 @@ def main():
         fa06 = Fa06(lib06) if os.path.isfile(lib06) else None
         if fa06 is None:
             log(f"  (no {lib06}: SDPA's backward alone)")
-        rows += timing_backward(device, args.quick, log, args.launches, fa, fa06)
+        rows += timing_backward(device, args.quick, log, args.launches, fa, fa06, dims, Ns)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": props.name, "torch": torch.__version__, "cuda": torch.version.cuda,

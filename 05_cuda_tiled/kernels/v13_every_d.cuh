@@ -1,0 +1,350 @@
+// v13: v12 at every head dim up to 256. Read it beside v12_warp_specialized.cuh: the pipeline,
+// the softmax and the O write are v12's; what changes is what depends on d.
+//
+//   v12                                             v13
+//   d = 128 only (64 runs v9; any other d, v1)      one kernel per native width Dq = 32, 64, 96,
+//                                                   128, 192, 256; any other d runs the next one
+//   Q_i loaded into registers by ldmatrix before    the same up to Dq = 128; above, Q_i read by
+//   every S = Q_i K_j^T (d / 4 registers a          the tensor cores from shared memory (wgmma's
+//   thread: 64 at d = 256, which with O's 128      "SS" form): no registers for Q, so O (d / 2
+//   would pass the 232 a consumer has)              floats a thread) fits at d = 256
+//   tiles of d = 128 columns: two 64-column slabs   tiles of D = Dq rounded up to 64 columns (the
+//                                                   128-byte swizzle's row); TMA fills the columns
+//                                                   past d with zeros, which add 0 to every score
+//                                                   and make O columns that are never stored
+//   S's k-loop over 128 dims                        over Dq dims only: at Dq = 96 the zero slab
+//                                                   half costs no S work (P V still runs D wide)
+//   two Q buffers                                   two where they fit in 227 KiB with the K and
+//                                                   V rings, else one (d = 256: the next tile's
+//                                                   Q_i waits for this tile's O write)
+//   Bc = 64 or 128                                  Bc = 128 where its K, V rings fit (Dq <= 128)
+//
+// Why: real models use d = 32 (MiniLM), 64 (GPT-2, BERT), 80 (Phi-2), 96 (Phi-3-mini), 128
+// (Llama), 256 (Gemma); FlashAttention-3 compiles 64, 96, 128, 192 and 256, FlashAttention-2 every
+// width up to 256. The registers of a consumer thread hold O (d / 2 floats), S (Bc / 2) and P
+// (Bc / 4): at d = 256 and Bc = 64 that is 128 + 32 + 16 = 176 of its 232, which leaves no room
+// for v12's Q fragments; shared memory holds two K and two V buffers (4 Bc d elements) and the Q
+// ring (Br d each): at d = 256 two Q buffers would need 256 KiB.
+//
+// Measured on the H200 (lab notebook, v13): SS at every width ran d = 128 at 0.79x of v12 (N =
+// 16384, bf16): the A operand read from shared memory for every wgmma costs more than the ldmatrix
+// of v12's fragments, so the registers stay where they fit.
+//
+// The head dim d reaches the kernel only through the problem (p.d: the row pitch of Q, K, V, O)
+// and the tensor maps (whose rows are d wide: TMA reads nothing past them). d must be a multiple of
+// 8 (a tensor map's rows are 16-byte multiples); the runner copies any other d into a padded
+// buffer first (common/cuda/pad_columns.hpp).
+#pragma once
+#include <cuda.h>  // CUtensorMap
+
+#include <cstdint>
+#include <type_traits>
+
+#include "kernel_common.cuh"
+#include "problem.hpp"
+#include "ptx.cuh"
+#include "v7_wgmma.cuh"  // the swizzled layout (swz)
+#include "v12_warp_specialized.cuh"  // the producer's register budget and the TMA box width
+
+namespace fa05::v13 {
+
+using v7::swz;
+using v12::kBoxCols, v12::kProducerRegs, v12::kConsumerRegs, v12::kProducerThreads;
+
+// The tile width in shared memory: Dq rounded up to the 64-column slab of the 128-byte swizzle.
+FA_HOST_DEVICE constexpr int slab_width(int Dq) { return (Dq + kBoxCols - 1) / kBoxCols * kBoxCols; }
+constexpr int kMaxSmem = 227 * 1024;  // a thread block's shared memory on sm_90 (opt-in)
+// The Q ring: two tiles (v12's) where they fit beside the K and V rings, else one.
+FA_HOST_DEVICE constexpr int q_buffers(int Dq, int warps, int Bc) {
+  return (4 * Bc + 2 * 16 * warps) * slab_width(Dq) * 2 + 1024 <= kMaxSmem ? 2 : 1;
+}
+// Two K and two V buffers (Bc x D each), the Q ring (Br x D each), 1024 bytes to align the swizzle.
+FA_HOST_DEVICE constexpr int smem_bytes(int Dq, int warps, int Bc) {
+  return (4 * Bc + q_buffers(Dq, warps, Bc) * 16 * warps) * slab_width(Dq) * 2 + 1024;
+}
+
+// As v12, at native width Dq (32, 64, 96, 128, 192 or 256) for any head dim p.d <= Dq that is a
+// multiple of 8 (the tensor maps' rows are p.d wide: columns p.d .. D - 1 of every box arrive as
+// zeros). Shapes: kWarps = 8 (two consumer warpgroups, Br = 128), Bc = 64 or 128.
+template <class T, int Dq, int kWarps, int Bc>
+__global__ void __launch_bounds__(32 * kWarps + kProducerThreads, 1)
+forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
+               T* __restrict__ O, float* __restrict__ LSE, const fa::AttnProblem p, const float scale,
+               const int64_t Tr, unsigned* __restrict__ tile_counter, const __grid_constant__ CUtensorMap tm_q,
+               const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v) {
+  constexpr int Br = 16 * kWarps;  // 16 query rows per consumer warp, one mma row-tile each
+  constexpr int D = slab_width(Dq);  // the tiles' width in shared memory, and O's in registers
+  constexpr int kQ = q_buffers(Dq, kWarps, Bc);  // Q ring size: tile number k in buffer k % kQ
+  // S's A operand: Q_i's fragments in registers (v12's form) where they fit beside O, up to Dq =
+  // 128; wider, the tensor cores read Q_i from shared memory. (Measured: SS at Dq = 128 ran 0.79x
+  // of v12's registers at N = 16384, lab notebook v13.)
+  constexpr bool kQInRegisters = Dq <= 128;
+  constexpr int kQRegs = kQInRegisters ? Dq / 16 : 1;  // fragments of 16 dims (1: unused)
+  constexpr int kConsumers = 32 * kWarps;
+  static_assert(kWarps == 8 && (Bc == 64 || Bc == 128), "two consumer warpgroups, one wgmma width for S");
+  constexpr int kThreads = kProducerThreads + kConsumers, kPool = kThreads * (65536 / kThreads / 8 * 8);
+  static_assert(kProducerThreads * kProducerRegs + kConsumers * kConsumerRegs <= kPool, "the block's registers");
+  static_assert(Dq % 16 == 0 && Dq <= 256, "whole k16 steps of S");
+  static_assert(smem_bytes(Dq, kWarps, Bc) <= kMaxSmem, "the rings fit");
+  (void)Q, (void)K, (void)V;
+  extern __shared__ __align__(16) unsigned char sram[];
+  // The rings' barriers: full_*[s] expects the producer's one arrival and the bytes of its copies,
+  // empty_*[s] every consumer thread.
+  __shared__ uint64_t full_q[kQ], full_k[2], full_v[2], empty_q[kQ], empty_k[2], empty_v[2];
+  __shared__ int64_t tile_of[kQ];  // the tile whose Q_i is in Q buffer s; n_tiles or more: no more tiles
+  // 1024-aligned for the swizzle (v9 says how).
+  T* Ks = reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(sram) + 1023) / 1024 * 1024);  // (2, Bc x D)
+  T* Vs = Ks + 2 * Bc * D;  // (2, Bc x D): key block n in buffer n % 2, swizzled
+  T* Qs = Vs + 2 * Bc * D;  // (kQ, Br x D): this block's tile number k in buffer k % kQ, swizzled
+  const float neg_inf = -INFINITY;
+  const int64_t BH = p.B * p.H, n_tiles = BH * Tr;
+
+  // Tile t: (b, h, query block starting at row r0) in v9's order, and Tc, the key blocks it sees.
+  struct Tile {  // 32-bit where the plan bounds it (B, H, key blocks, rows), to spare registers
+    int64_t r0;
+    int b, h, Tc, br;
+  };
+  const auto tile = [&](int64_t t) {
+    const int64_t bh = p.causal ? t % BH : t / Tr, qb = p.causal ? Tr - 1 - t / BH : t % Tr;
+    Tile x{qb * Br, int(bh / p.H), int(bh % p.H), 0, 0};
+    x.br = int(min(int64_t(Br), p.N_q - x.r0));
+    x.Tc = int(max(int64_t(0), (p.keys_seen(x.r0 + x.br - 1) + Bc - 1) / Bc));  // causal: blocks past it skipped
+    return x;
+  };
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kQ; ++s) ptx::mbar_init(&full_q[s], 1), ptx::mbar_init(&empty_q[s], kConsumers);
+    for (int s = 0; s < 2; ++s) {
+      ptx::mbar_init(&full_k[s], 1), ptx::mbar_init(&full_v[s], 1);
+      ptx::mbar_init(&empty_k[s], kConsumers), ptx::mbar_init(&empty_v[s], kConsumers);
+    }
+    ptx::mbar_init_fence();  // the copy engine sees them initialised too
+  }
+  __syncthreads();  // the barriers exist before anyone waits on them; no block-wide barrier after this
+
+  if (threadIdx.x < kProducerThreads) {
+    // ---- The producer: one thread walks the tiles and copies every Q_i, K_j, V_j into its ring.
+    ptx::setmaxnreg_dec<kProducerRegs>();
+    if (threadIdx.x != 0) return;  // the rest of the warpgroup only handed its registers back
+    // A (rows x D) tile: D / 64 boxes of 64 columns, each into its column slab (v7's layout). The
+    // columns past p.d arrive as zeros, and count among the bytes the barrier waits for.
+    const auto copy = [&](T* dst, int slab_rows, const CUtensorMap& map, int row, int64_t slice, uint64_t* full) {
+      ptx::mbar_arrive_expect_tx(full, uint32_t(slab_rows * D * sizeof(T)));
+      for (int x = 0; x < D; x += kBoxCols)
+        ptx::tma_load_3d(dst + x * slab_rows, &map, x, row, int(slice), full);
+    };
+    int64_t t = blockIdx.x;  // as v10: the first tile is the block's own, the next ones are claimed
+    uint32_t n = 0;          // key blocks copied so far: buffer n % 2 of the K and V rings
+    for (uint32_t step = 0;; ++step) {  // step: this block's tile number k, in Q buffer k % kQ
+      const int qs = step % kQ;
+      ptx::mbar_wait(&empty_q[qs], (step / kQ + 1) % 2);  // the tile kQ before has written its O
+      tile_of[qs] = t;
+      if (t >= n_tiles) {  // no more tiles: the consumers read that from tile_of and stop
+        ptx::mbar_arrive(&full_q[qs]);
+        break;
+      }
+      const Tile x = tile(t);
+      if (x.Tc > 0)
+        copy(Qs + qs * Br * D, Br, tm_q, int(x.r0), int64_t(x.b) * p.H + x.h, &full_q[qs]);
+      else
+        ptx::mbar_arrive(&full_q[qs]);  // a tile that sees no key copies nothing: its O is 0
+      const int64_t kv_slice = int64_t(x.b) * p.H_kv + p.kv_head(x.h);
+      for (int j = 0; j < x.Tc; ++j, ++n) {
+        const uint32_t free = (n / 2 + 1) % 2;  // the buffer's previous use has been released
+        ptx::mbar_wait(&empty_k[n % 2], free);
+        copy(Ks + (n % 2) * Bc * D, Bc, tm_k, j * Bc, kv_slice, &full_k[n % 2]);
+        ptx::mbar_wait(&empty_v[n % 2], free);
+        copy(Vs + (n % 2) * Bc * D, Bc, tm_v, j * Bc, kv_slice, &full_v[n % 2]);
+      }
+      t = gridDim.x + int64_t(atomicAdd(tile_counter, 1u));
+    }
+  } else {
+    // ---- The consumers: v12's tile, with S's A operand (Q_i) read from shared memory.
+    ptx::setmaxnreg_inc<kConsumerRegs>();
+    const int warp = threadIdx.x / 32 - kProducerThreads / 32, lane = threadIdx.x % 32;  // warp: rows 16 warp ...
+    const int wg = warp / 4;  // consumer warpgroup: rows 64 wg .. 64 wg + 63 of the tile
+    const int g = lane / 4, t4 = lane % 4;  // fragment coordinates (ptx.cuh): row group, lane in quad
+    const float c = scale * 1.4426950408889634f;  // scale * log2(e): exp(scale x) = 2^(c x)
+    // Buffer n of a ring: wait until its copy has landed; release it once this thread is done with
+    // it (for K and V: after the wgmma_wait that covers its reads).
+    // A ring of R buffers: buffer n is slot n % R, in its (n / R)-th use.
+    const auto ready = [&](auto& full, uint32_t n) {
+      constexpr uint32_t R = std::extent_v<std::remove_reference_t<decltype(full)>>;
+      ptx::mbar_wait(&full[n % R], (n / R) % 2);
+    };
+    const auto release = [&](auto& empty, uint32_t n) {
+      ptx::mbar_arrive(&empty[n % std::extent_v<std::remove_reference_t<decltype(empty)>>]);
+    };
+    uint32_t n0 = 0;  // key blocks consumed so far by this block: this tile's block j is n0 + j
+    for (uint32_t step = 0;; ++step) {  // step: this block's tile number k in the comments
+      const int qbuf = step % kQ;
+      ready(full_q, step);
+      const int64_t t = tile_of[qbuf];
+      if (t >= n_tiles) break;
+      const Tile cur = tile(t);
+      const int64_t b = cur.b, h = cur.h, r0 = cur.r0;
+      const int Tc = cur.Tc;
+      const T* Qi = Qs + qbuf * Br * D;
+
+      float o[D / 8][4] = {};
+      float m2[2] = {neg_inf, neg_inf};  // the row max so far times c (v7)
+      float l[2] = {0.f, 0.f};  // this lane's share of the row sum; the quad's 4 shares add up at the end
+      float alpha[2] = {1.f, 1.f};       // exp(m_{j-1} - m_j) per row: O's rescaling, applied one block late
+      uint32_t a[Bc / 16][4];            // P~ of the last softmax as P V's A registers (a[k]: keys 16k .. 16k+15)
+      float(*o64)[8][4] = reinterpret_cast<float(*)[8][4]>(o);  // o64[sl]: dims 64 sl .. 64 sl + 63
+
+      // v12's steps, with block j of this tile in buffers (n0 + j) % 2.
+      const auto rescale_o = [&] {
+        for (int r = 0; r < 2; ++r)
+          for (int n = 0; n < D / 8; ++n) o[n][2 * r] *= alpha[r], o[n][2 * r + 1] *= alpha[r];
+      };
+      // Up to Dq = 128, Q_i's fragments are loaded into registers for each S, as v12 does (Dq / 4
+      // registers); above, S reads Q_i from shared memory.
+      const auto load_q = [&](uint32_t(&q)[kQRegs][4]) {
+        if constexpr (kQInRegisters)
+          for (int k = 0; k < Dq / 16; ++k)
+            ptx::ldmatrix_x4(q[k], Qi + swz<Br>(warp * 16 + lane % 8 + (lane / 8 % 2) * 8, 2 * k + lane / 16));
+      };
+      // S = Q_i K_j^T over the first Dq dims: step k reads dims 16k .. 16k + 15 of this
+      // warpgroup's 64 rows of Q_i and of K_j's Bc rows, both in slab k / 4 (v7's layout).
+      const auto issue_s = [&](float(&s)[Bc / 8][4], const uint32_t(&q)[kQRegs][4], int j) {
+        const T* Kj = Ks + ((n0 + j) % 2) * Bc * D;
+        for (int k = 0; k < Dq / 16; ++k) {
+          const uint64_t desc_k = ptx::smem_desc_sw128(Kj + (k / 4) * Bc * 64 + (k % 4) * 16);
+          if constexpr (kQInRegisters)
+            ptx::wgmma_m64nNk16<T, Bc, 0>(s, q[k], desc_k);
+          else
+            ptx::wgmma_m64nNk16_ss<T, Bc>(s, ptx::smem_desc_sw128(Qi + (k / 4) * Br * 64 + wg * 64 * 64 + (k % 4) * 16), desc_k);
+        }
+        ptx::wgmma_commit();
+      };
+      const auto issue_pv = [&](int j) {
+        const T* Vj = Vs + ((n0 + j) % 2) * Bc * D;
+        for (int k = 0; k < Bc / 16; ++k)
+          for (int sl = 0; sl < D / 64; ++sl)
+            ptx::wgmma_m64nNk16<T, 64, 1>(o64[sl], a[k], ptx::smem_desc_sw128(Vj + sl * Bc * 64 + k * 16 * 64));
+        ptx::wgmma_commit();
+      };
+      const auto pin_pv = [&] {
+        for (int sl = 0; sl < D / 64; ++sl) ptx::wgmma_pin(o64[sl]);
+        for (int k = 0; k < Bc / 16; ++k) ptx::wgmma_pin(a[k]);
+      };
+      const auto softmax = [&](float(&s)[Bc / 8][4], int64_t j) {
+        const int64_t c0 = j * Bc;
+        const bool mask = c0 + Bc > p.N_k || (p.causal && c0 + Bc > p.keys_seen(r0));
+        if (mask)
+          for (int r = 0; r < 2; ++r) {
+            const int seen = int(max(int64_t(0), min(int64_t(Bc), p.keys_seen(r0 + warp * 16 + g + r * 8) - c0)));
+            for (int n = 0; n < Bc / 8; ++n)
+              for (int e = 2 * r; e < 2 * r + 2; ++e)
+                if (n * 8 + 2 * t4 + e % 2 >= seen) s[n][e] = neg_inf;
+          }
+        for (int r = 0; r < 2; ++r) {
+          float mx = neg_inf;
+          for (int n = 0; n < Bc / 8; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          const float m2_new = fmaxf(m2[r], mx * c);
+          const float m2_use = m2_new == neg_inf ? 0.f : m2_new;
+          alpha[r] = ptx::ex2(m2[r] - m2_use);
+          float rowsum = 0.f;
+          for (int n = 0; n < Bc / 8; ++n)
+            for (int e = 2 * r; e < 2 * r + 2; ++e) {
+              s[n][e] = ptx::ex2(fmaf(s[n][e], c, -m2_use));
+              rowsum += s[n][e];
+            }
+          l[r] = fmaf(alpha[r], l[r], rowsum);
+          m2[r] = m2_new;
+        }
+      };
+      const auto pack_p = [&](const float(&s)[Bc / 8][4]) {
+        for (int k = 0; k < Bc / 16; ++k) {
+          a[k][0] = ptx::pack2<T>(s[2 * k][0], s[2 * k][1]), a[k][1] = ptx::pack2<T>(s[2 * k][2], s[2 * k][3]);
+          a[k][2] = ptx::pack2<T>(s[2 * k + 1][0], s[2 * k + 1][1]);
+          a[k][3] = ptx::pack2<T>(s[2 * k + 1][2], s[2 * k + 1][3]);
+        }
+      };
+
+      if (Tc > 0) {
+        {  // block 0, as in v12
+          // (Q_i is in: its "full" came first.)
+          ready(full_k, n0);
+          uint32_t q[kQRegs][4];
+          float s[Bc / 8][4] = {};
+          load_q(q);
+          ptx::wgmma_pin(s);
+          ptx::wgmma_fence();
+          issue_s(s, q, 0);
+          ptx::wgmma_wait<0>();
+          ptx::wgmma_pin(s);
+          release(empty_k, n0);  // S_0 is done, so K_0 is read
+          softmax(s, 0);
+          pack_p(s);
+        }
+        for (int j = 1; j < Tc; ++j) {  // as in v12
+          ready(full_k, n0 + j);
+          ready(full_v, n0 + j - 1);
+          uint32_t q[kQRegs][4];
+          float s[Bc / 8][4] = {};
+          load_q(q);
+          rescale_o();
+          ptx::wgmma_pin(s);
+          pin_pv();
+          ptx::wgmma_fence();
+          issue_s(s, q, j);
+          issue_pv(j - 1);
+          ptx::wgmma_wait<1>();
+          ptx::wgmma_pin(s);
+          release(empty_k, n0 + j);  // S_j is done, so K_j is read
+          softmax(s, j);
+          ptx::wgmma_wait<0>();
+          pin_pv();
+          release(empty_v, n0 + j - 1);
+          pack_p(s);
+        }
+        ready(full_v, n0 + Tc - 1);  // the last block's P V
+        rescale_o();
+        pin_pv();
+        ptx::wgmma_fence();
+        issue_pv(Tc - 1);
+        ptx::wgmma_wait<0>();
+        pin_pv();
+        release(empty_v, n0 + Tc - 1);
+      }
+
+      // Write O_i = O_i / l and LSE = m + log(l) (lines 12-15), through this tile's Q buffer, as
+      // v12. The tensor cores' reads of these rows of Q_i ended with the last S's wgmma_wait, which
+      // every warp of the warpgroup passed before the last P V it issued with the others.
+      T* Os = Qs + qbuf * Br * D;
+      __syncwarp();
+      for (int r = 0; r < 2; ++r) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+        const int row = warp * 16 + g + r * 8;
+        const float inv = l[r] == 0.f ? 0.f : 1.f / l[r];
+        for (int n = 0; n < D / 8; ++n)
+          *reinterpret_cast<uint32_t*>(Os + swz<Br>(row, n) + 2 * t4) = ptx::pack2<T>(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
+        const int64_t i = r0 + row;
+        if (t4 == 0 && i < p.N_q) LSE[p.lse_offset(b, h, i)] = l[r] == 0.f ? neg_inf : fmaf(m2[r], 0.6931471805599453f, logf(l[r]));
+      }
+      __syncwarp();  // this warp's 16 rows are in; no other warp touches them
+      // The 16 rows' first p.d columns, 16 bytes a lane (p.d is a multiple of 8): the zero columns
+      // past p.d stay in shared memory.
+      const int pieces = int(p.d) / 8;  // per row
+      for (int e = lane; e < 16 * pieces; e += 32) {
+        const int rr = e / pieces, cv = e % pieces;
+        const int64_t i = r0 + warp * 16 + rr;
+        // Ragged N_q: rows past it are not written, and no pointer to them is formed.
+        if (i < p.N_q)
+          *reinterpret_cast<uint4*>(O + p.q_offset(b, h, i) + cv * 8) = *reinterpret_cast<const uint4*>(Os + swz<Br>(warp * 16 + rr, cv));
+      }
+      // The Q buffer may take the tile kQ after this one. TMA writes it next, through the async
+      // proxy: this thread's reads and writes of it (the staging) are ordered before that first.
+      ptx::fence_proxy_async();
+      release(empty_q, step);
+      n0 += Tc;
+    }
+  }
+}
+
+}  // namespace fa05::v13
