@@ -243,7 +243,8 @@ def time_ms(fn, reps, launches=1):
     return statistics.median(sample(n) for _ in range(reps))
 
 
-def timing(fa, device, quick, log, dtypes=("bf16", "fp32"), launches=0, dims=(64, 128), kernels=None, Ns=None):
+def timing(fa, device, quick, log, dtypes=("bf16", "fp32"), launches=0, dims=(64, 128), kernels=None, Ns=None,
+           backends=tuple(BACKENDS)):
     rows = []
     Ns = Ns or ([1024, 4096, 16384] if quick else [512, 1024, 2048, 4096, 8192, 16384])
     for dname in dtypes:
@@ -265,7 +266,7 @@ def timing(fa, device, quick, log, dtypes=("bf16", "fp32"), launches=0, dims=(64
                     names = kernels or [kname for kname in fa.kernels if fa.runs(kname, d, dt) == kname]
                     impls = [(f"fa05 {kname}" + (f"={fa.runs(kname, d, dt)}" if kname == "auto" else ""),
                               lambda kname=kname: fa.forward(kname, q, k, v, causal, scale, out, lse)) for kname in names]
-                    impls += [(f"sdpa {b}", lambda b=b: sdpa(b, q, k, v, causal, scale)) for b in BACKENDS]
+                    impls += [(f"sdpa {b}", lambda b=b: sdpa(b, q, k, v, causal, scale)) for b in backends]
                     line = {}
                     for name, fn in impls:
                         # The math backend materialises S and P in the dtype: skip where that alone
@@ -383,6 +384,7 @@ def main():
     ap.add_argument("--dims", default="64,128", help="head dims of the timing grid (default 64,128)")
     ap.add_argument("--kernels", help="stage 05 kernels to time, e.g. v12,v13,auto (default: every one that runs itself)")
     ap.add_argument("--Ns", help="sequence lengths of the timing grid, e.g. 512,2048,8192 (default: the papers' 512 ... 16384)")
+    ap.add_argument("--backends", default=",".join(BACKENDS), help="SDPA backends to time (default: all four)")
     ap.add_argument("--launches", type=int, default=0,
                     help="back-to-back launches per CUDA-event pair (default 0: about 5 ms of them, 1 to 20; "
                          "1: one launch per pair, the method before 2026-11-30)")
@@ -412,7 +414,7 @@ def main():
         ok = checks(fa, device, log)
         log(f"checks: {'PASS' if ok else 'FAIL'}")
     rows = [] if args.no_timing else (log("timing (TFLOP/s, median of CUDA-event times):") or timing(
-        fa, device, args.quick, log, args.dtypes.split(","), args.launches, dims, kernels, Ns))
+        fa, device, args.quick, log, args.dtypes.split(","), args.launches, dims, kernels, Ns, args.backends.split(",")))
     if args.backward:
         log("backward timing (TFLOP/s = 2.5 x forward FLOPs / time, median of CUDA-event times):")
         import os
