@@ -4,7 +4,7 @@ import torch
 
 from . import _lib
 
-MAX_HEAD_DIM = 256  # the largest d any kernel of the course runs (stage 05's v1, stage 06's gpu_v1)
+MAX_HEAD_DIM = 256  # the largest d the course's kernels run (every one of them on the GPU, from padded widths)
 _DTYPE_CODE = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
 
 
@@ -97,8 +97,6 @@ def kernels_for(device, dtype, d, kernel="auto"):
             raise ValueError(f"kernel: expected 'auto' (stage 04 and 06) on the CPU, found {kernel!r}")
         return "04_tiled_cpu", "06_backward_recompute"
     code = _DTYPE_CODE[dtype]
-    if fwd == "auto":
-        fwd = "v1" if dtype == torch.float32 else {128: "v12", 64: "v9"}.get(d, "v1")
     runs = _lib.lib("fa05").fa05_runs(fwd.encode(), d, code)
     if runs is None:
         _lib.check("fa05", 1)
@@ -224,8 +222,9 @@ def attention(q, k, v, *, causal=False, scale=None, kernel="auto", return_lse=Fa
         scaled_dot_product_attention(is_causal=True) is TOP-LEFT (j <= i); the two agree only when
         N_q == N_k. A query row that sees no key (N_q > N_k) gets O = 0 and LSE = -inf.
     scale: the softmax scale (default 1/sqrt(d)).
-    kernel: "auto", or a stage 05 kernel name ("v1" ... "v12") for the GPU forward, optionally
-        with a stage 06 one after a comma ("v5,gpu_v3"); the CPU takes only "auto".
+    kernel: "auto" (the fastest measured for the GPU, dtype and d: stage 05's and stage 06's own
+        "auto"), or a stage 05 kernel name ("v1" ... "v13") for the GPU forward, optionally with a
+        stage 06 one after a comma ("v5,gpu_v3"); the CPU takes only "auto".
     return_lse: also return LSE [B, H, N_q] (float32, natural log; not differentiable).
     Non-contiguous inputs are copied to contiguous ones first (the kernels read dense rows).
     Bad input raises ValueError or TypeError with a one-line message naming the argument.

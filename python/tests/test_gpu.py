@@ -30,7 +30,9 @@ CASES = [  # B, H, H_kv, N_q, N_k, d, causal
     (1, 8, 2, 300, 517, 128, True),    # GQA, ragged, bottom-right causal with N_q < N_k
     (2, 4, 1, 77, 77, 128, True),      # MQA
     (1, 2, 2, 100, 40, 64, True),      # rows that see no key
-    (1, 2, 2, 65, 129, 96, False),     # d = 96: no tensor-core kernel, v1 / gpu_v1 run
+    (1, 2, 2, 65, 129, 96, False),     # d = 96: v13's native width 96, gpu_v3's
+    (1, 2, 1, 70, 90, 40, True),       # d = 40: padded (v13 to 64 by TMA's zero fill, stage 06 on copies)
+    (1, 2, 2, 33, 50, 256, False),     # d = 256: the widest
 ]
 FLOOR = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1e-3}
 
@@ -95,7 +97,7 @@ class Gpu(unittest.TestCase):
 
     def test_kernels_reported(self):
         print("\nkernels (fwd, bwd):", {(str(dt), d): fa_course.kernels_for("cuda", dt, d)
-                                        for dt in (torch.bfloat16, torch.float32) for d in (64, 128, 96)})
+                                        for dt in (torch.bfloat16, torch.float32) for d in (32, 64, 80, 96, 128, 256)})
 
 
 if __name__ == "__main__":
