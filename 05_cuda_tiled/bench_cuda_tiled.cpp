@@ -150,7 +150,8 @@ void sram_grid(benchmark::internal::Benchmark* b) {
 
 void shape_grid(benchmark::internal::Benchmark* b) {
   for (int64_t k = 0; k < int64_t(fa05::kernels().size()); ++k)
-    for (int64_t d : {64, 128})
+    for (int64_t d : {32, 64, 96, 128})  // v13's native widths with a choice of shape; the others': 64, 128
+      if (fa05::kernels()[size_t(k)].name == "v13" || d == 64 || d == 128)
       for (const fa05::BlockShape& sh : fa05::block_shapes(fa05::kernels()[size_t(k)].name, d))
         for (int64_t causal : {0, 1})
           for (int64_t N : {512, 1024, 2048, 8192})  // only what the kernel runs itself (v8 at d = 64 runs v7)
