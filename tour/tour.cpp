@@ -49,29 +49,31 @@ std::vector<Entry> stages(fa::DType gpu_dtype, const fa::AttnProblem& p) {
   std::string why;
   if (fa::gpu_available(&why)) {
     // One row per kernel that really runs this problem: a version that falls back to another
-    // (e.g. v2 at d = 32, which has no tensor-core path) is listed under the kernel it ran.
+    // (e.g. v8 at d = 64, which runs v7) is listed under the kernel it ran.
+    // "auto" last: the kernel plan() picks for this problem, listed under the one it ran.
     std::map<std::string, size_t> row_of;  // kernel name -> its row in v
-    for (const fa05::KernelInfo& k : fa05::kernels()) {
+    std::vector<std::string> names;
+    for (const fa05::KernelInfo& k : fa05::kernels()) names.push_back(k.name);
+    names.push_back("auto");
+    for (const std::string& name : names) {
       std::string runs;
       try {
-        runs = fa05::plan(k.name, p, gpu_dtype).runs;
+        runs = fa05::plan(name, p, gpu_dtype).runs;
       } catch (const fa::InputError& e) {  // e.g. d = 300: this kernel does not run the problem
-        v.push_back({"05_cuda_tiled " + k.name, k.idea, std::nullopt, e.what(), {}});
+        v.push_back({"05_cuda_tiled " + name, name == "auto" ? "the fastest kernel for the problem" : fa05::kernel_info(name).idea,
+                     std::nullopt, e.what(), {}});
         continue;
       }
       if (auto it = row_of.find(runs); it != row_of.end()) {
-        v[it->second].also.push_back(k.name);
+        v[it->second].also.push_back(name);
         continue;
       }
       fa::Stage s = stage_05(runs);
       s.name = "05_cuda_tiled " + runs;
       s.forward = s.forward_for(gpu_dtype);
-      std::string idea = k.idea;
-      for (const fa05::KernelInfo& r : fa05::kernels())
-        if (r.name == runs) idea = r.idea;
       row_of[runs] = v.size();
-      v.push_back({s.name, idea, s, "", {}});
-      if (runs != k.name) v.back().also.push_back(k.name);
+      v.push_back({s.name, fa05::kernel_info(runs).idea, s, "", {}});
+      if (runs != name) v.back().also.push_back(name);
     }
   } else {
     v.push_back({"05_cuda_tiled", idea05, std::nullopt, "no GPU: " + why, {}});
