@@ -1,3 +1,16 @@
+# fa_private_tmpdir(<test>...): each test its own TMPDIR, <build>/tmp/<test> (made here). The
+# program tests write fixed names under std::filesystem::temp_directory_path()
+# (/tmp/fa_test_04_cli, ...), and the bug zoo and exercise mode build the same test source again:
+# under ctest -j (scripts/test.sh runs one test per core) two of them would share, and delete, each
+# other's files.
+function(fa_private_tmpdir)
+  foreach(t IN LISTS ARGN)
+    set(dir ${CMAKE_BINARY_DIR}/tmp/${t})
+    file(MAKE_DIRECTORY ${dir})
+    set_property(TEST ${t} APPEND PROPERTY ENVIRONMENT "TMPDIR=${dir}")
+  endforeach()
+endfunction()
+
 # fa_add_stage(<name> TEST <test.cpp> [BENCH <bench.cpp>] [GPU] [HOST_TEST <test.cpp>]
 #              [LIBS <lib>...] [OPTIONS <flag>...])
 # The targets every stage folder has, declared once:
@@ -44,6 +57,7 @@ function(fa_add_stage name)
   if(ARG_GPU)
     set_tests_properties(${tests} PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu)
   endif()
+  fa_private_tmpdir(${tests})
 
   if(ARG_HOST_TEST)
     add_executable(test_${name}_host ${ARG_HOST_TEST})
@@ -51,6 +65,7 @@ function(fa_add_stage name)
     target_compile_options(test_${name}_host PRIVATE ${ARG_OPTIONS})
     target_compile_definitions(test_${name}_host PRIVATE STAGE_BIN="$<TARGET_FILE:${name}>")
     add_test(NAME ${name}_host COMMAND test_${name}_host)
+    fa_private_tmpdir(${name}_host)
   endif()
 
   if(FA_BUILD_BENCHMARKS AND ARG_BENCH)
@@ -80,6 +95,7 @@ function(fa_add_zoo name test_src)
     target_compile_definitions(${t} PRIVATE FA_BUG_ID=${bug} STAGE_BIN="$<TARGET_FILE:${name}>")
     add_test(NAME zoo_${low} COMMAND ${CMAKE_SOURCE_DIR}/scripts/zoo_expect_fail.sh $<TARGET_FILE:${t}>)
     set_tests_properties(zoo_${low} PROPERTIES LABELS zoo)
+    fa_private_tmpdir(zoo_${low})
   endforeach()
 endfunction()
 
