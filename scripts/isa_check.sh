@@ -28,6 +28,6 @@ for isa in "${@:-avx2 sse2}"; do
     cmake -S . -B "build-$v" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFA_NATIVE=OFF -DFA_BUILD_BENCHMARKS=OFF \
       -DFA_BUG_ZOO=OFF -DCMAKE_CUDA_COMPILER= ${FA_WERROR:+-DFA_WERROR=$FA_WERROR} "-DCMAKE_CXX_FLAGS=$flags" >/dev/null
     cmake --build "build-$v" --target "${targets[@]}"
-    ctest --test-dir "build-$v" --output-on-failure -R '^(04_tiled_cpu|04_tiled_cpu_capi|06_backward_recompute)$'
+    ctest --test-dir "build-$v" -j "$(nproc)" --output-on-failure -R '^(04_tiled_cpu|04_tiled_cpu_capi|06_backward_recompute)$'
   done
 done
