@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the course builds with, if any are missing.
 # As root it runs apt-get itself; otherwise it prints the exact command and stops (exit 1).
+#   scripts/setup.sh [PACKAGE...]   also these (.ci/run adds ccache)
 set -euo pipefail
 pkgs=(cmake ninja-build g++ make pkg-config
-      doctest-dev libcli11-dev libbenchmark-dev nlohmann-json3-dev libopenblas-dev)
+      doctest-dev libcli11-dev libbenchmark-dev nlohmann-json3-dev libopenblas-dev "$@")
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
