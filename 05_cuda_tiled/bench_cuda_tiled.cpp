@@ -119,7 +119,7 @@ void BM_v1_sram(benchmark::State& state) {
   time_forward(state, "v1", fa::DType(state.range(1)), paper_problem(state.range(2), state.range(3), state.range(4) != 0), cfg);
 }
 
-// v5, v6 and v7 at each compiled block shape: the sweeps behind fa05::default_shape().
+// v5 ... v13 at each compiled block shape: the sweeps behind fa05::default_shape().
 // Args: kernel index, Br, Bc, N, d, causal.
 void BM_shape(benchmark::State& state) {
   fa05::Config cfg;

@@ -2,12 +2,13 @@
 // the softmax and the O write are v12's; what changes is what depends on d.
 //
 //   v12                                             v13
-//   d = 128 only (64 runs v9; any other d, v1)      one kernel per native width Dq = 32, 64, 96,
-//                                                   128, 192, 256; any other d runs the next one
+//   d = 128 only (asked for d = 64, the runner      one kernel per native width Dq = 32, 64, 96,
+//   ran v9; any other d, v1)                        128, 192, 256; any other d runs the next one
 //   Q_i loaded into registers by ldmatrix before    the same up to Dq = 128; above, Q_i read by
-//   every S = Q_i K_j^T (d / 4 registers a          the tensor cores from shared memory (wgmma's
-//   thread: 64 at d = 256, which with O's 128      "SS" form): no registers for Q, so O (d / 2
-//   would pass the 232 a consumer has)              floats a thread) fits at d = 256
+//   every S = Q_i K_j^T (D / 4 registers a          the tensor cores from shared memory (wgmma's
+//   thread: 64 at D = 256, which with O, S and P    "SS" form: both operands in shared memory),
+//   (176, below) would make 240 of the 232 a        so O (D / 2 floats a thread) fits at 256
+//   consumer has)
 //   tiles of d = 128 columns: two 64-column slabs   tiles of D = Dq rounded up to 64 columns (the
 //                                                   128-byte swizzle's row); TMA fills the columns
 //                                                   past d with zeros, which add 0 to every score
@@ -15,20 +16,24 @@
 //   S's k-loop over 128 dims                        over Dq dims only: at Dq = 96 the zero slab
 //                                                   half costs no S work (P V still runs D wide)
 //   two Q buffers                                   two where they fit in 227 KiB with the K and
-//                                                   V rings, else one (d = 256: the next tile's
+//                                                   V rings, else one (D = 256: the next tile's
 //                                                   Q_i waits for this tile's O write)
-//   Bc = 64 or 128                                  Bc = 128 where its K, V rings fit (Dq <= 128)
+//   Bc = 64 or 128                                  Bc = 64 at every width, 128 where its K, V
+//                                                   rings fit (Dq <= 128)
 //
 // Why: real models use d = 32 (MiniLM), 64 (GPT-2, BERT), 80 (Phi-2), 96 (Phi-3-mini), 128
-// (Llama), 256 (Gemma); FlashAttention-3 compiles 64, 96, 128, 192 and 256, FlashAttention-2 every
-// width up to 256. The registers of a consumer thread hold O (d / 2 floats), S (Bc / 2) and P
-// (Bc / 4): at d = 256 and Bc = 64 that is 128 + 32 + 16 = 176 of its 232, which leaves no room
-// for v12's Q fragments; shared memory holds two K and two V buffers (4 Bc d elements) and the Q
-// ring (Br d each): at d = 256 two Q buffers would need 256 KiB.
+// (Llama), 256 (Gemma); FlashAttention-3 compiles 64, 96, 128, 192 and 256, FlashAttention-2 a
+// set of widths up to 256 that every d rounds up to. The registers of a consumer thread hold O
+// (D / 2 floats), S (Bc / 2) and P (Bc / 4): at D = 256 and Bc = 64 that is 128 + 32 + 16 = 176
+// of its 232, and v12's Q fragments (64 more) would not fit; shared memory holds two K and two V
+// buffers (4 Bc D elements) and the Q ring (Br D each): at D = 256, two Q buffers with the K and
+// V rings would make 256 KiB, more than the 227 a block may have.
 //
 // Measured on the H200 (lab notebook, v13): SS at every width ran d = 128 at 0.79x of v12 (N =
-// 16384, bf16): the A operand read from shared memory for every wgmma costs more than the ldmatrix
-// of v12's fragments, so the registers stay where they fit.
+// 16384, bf16). Our reading, not profiled: the A operand read from shared memory by every wgmma
+// costs more than v12's ldmatrix of the fragments, so the registers stay where they fit. At Dq =
+// 192 they might too (O 96 + S 32 + P 16 + Q 48 = 192 of 232, v12's total at 128 x 128): not
+// tried yet, and 192 is v13's weakest width.
 //
 // The head dim d reaches the kernel only through the problem (p.d: the row pitch of Q, K, V, O)
 // and the tensor maps (whose rows are d wide: TMA reads nothing past them). d must be a multiple of
@@ -159,7 +164,7 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
       t = gridDim.x + int64_t(atomicAdd(tile_counter, 1u));
     }
   } else {
-    // ---- The consumers: v12's tile, with S's A operand (Q_i) read from shared memory.
+    // ---- The consumers: v12's tile; above Dq = 128, S reads Q_i from shared memory (SS).
     ptx::setmaxnreg_inc<kConsumerRegs>();
     const int warp = threadIdx.x / 32 - kProducerThreads / 32, lane = threadIdx.x % 32;  // warp: rows 16 warp ...
     const int wg = warp / 4;  // consumer warpgroup: rows 64 wg .. 64 wg + 63 of the tile
@@ -313,8 +318,9 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
       }
 
       // Write O_i = O_i / l and LSE = m + log(l) (lines 12-15), through this tile's Q buffer, as
-      // v12. The tensor cores' reads of these rows of Q_i ended with the last S's wgmma_wait, which
-      // every warp of the warpgroup passed before the last P V it issued with the others.
+      // v12. Up to Dq = 128 the __syncwarp orders every lane's ldmatrix of these rows before the
+      // staging overwrites them (as in v12); above, the tensor cores' reads of them ended with the
+      // last S's wgmma_wait, which every warp passed before the last P V it issued with the others.
       T* Os = Qs + qbuf * Br * D;
       __syncwarp();
       for (int r = 0; r < 2; ++r) {
@@ -339,7 +345,8 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
           *reinterpret_cast<uint4*>(O + p.q_offset(b, h, i) + cv * 8) = *reinterpret_cast<const uint4*>(Os + swz<Br>(warp * 16 + rr, cv));
       }
       // The Q buffer may take the tile kQ after this one. TMA writes it next, through the async
-      // proxy: this thread's reads and writes of it (the staging) are ordered before that first.
+      // proxy: this thread's reads and writes of it (ldmatrix up to Dq = 128, the staging) are
+      // ordered before that first.
       ptx::fence_proxy_async();
       release(empty_q, step);
       n0 += Tc;
