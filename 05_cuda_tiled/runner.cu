@@ -152,9 +152,9 @@ cublasHandle_t cublas_handle() {
   return h;
 }
 
-void check_int(int64_t v, const char* arg, const char* what) {
+void check_int(int64_t v, const char* arg, const std::string& what) {
   if (v > INT_MAX)
-    throw Unsupported(arg, std::string(what) + " at most 2^31 - 1", std::to_string(v));
+    throw Unsupported(arg, what + " at most 2^31 - 1", std::to_string(v));
 }
 
 // The materialised baseline (kernels/baseline_cublas.cuh): two batched GEMMs around a softmax.
@@ -527,8 +527,14 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
     pl.note = "auto: " + choice.kernel + " (" + choice.why + ")";
   }
   const KernelInfo& info = kernel_info(name);
+  // The kernel as the caller named it, for messages ("auto (v13 here)").
+  const std::string asked = kernel == "auto" ? "auto (" + name + " here)" : name;
+  // auto takes no knob whose meaning depends on what it picks: refused on every GPU alike.
+  if (kernel == "auto" && (cfg.persistent_blocks > 0 || cfg.Br > 0 || cfg.Bc > 0 || cfg.sram_bytes > 0))
+    throw Unsupported(cfg.persistent_blocks > 0 ? "--persistent-blocks" : cfg.sram_bytes > 0 ? "--sram-bytes" : "--block-q/--block-k",
+                      "no block or grid knob with kernel auto (name a kernel to set one)", "kernel auto");
   if (p.d > info.max_d)
-    throw Unsupported("--head-dim", "at most " + std::to_string(info.max_d) + " for kernel " + name,
+    throw Unsupported("--head-dim", "at most " + std::to_string(info.max_d) + " for kernel " + asked,
                       std::to_string(p.d));
   const auto add_note = [&](const std::string& n) { pl.note += (pl.note.empty() ? "" : "; ") + n; };
   pl.runs = name;
@@ -539,6 +545,7 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
   if (info.tensor_cores && dtype == fa::DType::fp32) {
     pl.runs = "v1";
     add_note(name + " runs fp16/bf16 (tensor cores); ran v1 for fp32");
+    if (cfg.persistent_blocks > 0) add_note("--persistent-blocks does not apply to v1");
   } else if (info.tensor_cores && !widths_cover(name)) {
     pl.runs = name == "v12" ? "v13" : "v1";
     add_note(name + " runs d <= 128 (compiled for 64 and 128, other d zero-padded); ran " + pl.runs + " at d = " +
@@ -571,7 +578,7 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
       pl.runs = "v9";
       add_note("v12 runs d = 128 only (as v10: at d = 64 its registers cost v9's second block per SM): ran v9");
     }
-    if (info.persistent && pl.runs != name && cfg.persistent_blocks > 0)
+    if (info.persistent && !kernel_info(pl.runs).persistent && cfg.persistent_blocks > 0)
       add_note("--persistent-blocks does not apply to " + pl.runs);
   }
   // The knobs mean nothing to the other kernels: refuse them rather than ignore them. v1 takes
@@ -589,11 +596,11 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
                                     : "on copies of Q, K, V, O zero-padded to " + std::to_string(pl.d_buffers) + " columns"));
   }
   if (cfg.persistent_blocks > 0 && !info.persistent)  // v8, v10 ... v13 that falls back ignores it
-    throw Unsupported("--persistent-blocks", "only with v8, v10, v11, v12 or v13", "kernel " + name);
+    throw Unsupported("--persistent-blocks", "only with v8, v10, v11, v12 or v13", "kernel " + asked);
   if (pl.runs != "v1" && (cfg.sram_bytes > 0 || ((cfg.Br > 0 || cfg.Bc > 0) && !runs_shaped)))
     throw Unsupported(runs_shaped ? "--sram-bytes" : "--sram-bytes/--block-q/--block-k",
                       runs_shaped ? "only with v1 (" + name + " takes --block-q/--block-k)" : "only with v1, v5 ... v13",
-                      "kernel " + name + ", which runs " + pl.runs + " here");
+                      "kernel " + asked + ", which runs " + pl.runs + " here");
   if (pl.runs == "v2" || pl.runs == "v3" || pl.runs == "v4") {
     pl.Br = 64, pl.Bc = 64;  // v2::Br, v2::Bc; v3 and v4 keep them
     pl.threads = 128;
@@ -630,7 +637,8 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
       list += (list.empty() ? "" : ", ") + std::to_string(sh.Br) + "x" + std::to_string(sh.Bc);
     }
     if (!compiled)
-      throw Unsupported("--block-q/--block-k", "a " + shape_of + " shape Br x Bc among " + list,
+      throw Unsupported("--block-q/--block-k", "a " + shape_of + " shape Br x Bc among " + list +
+                            (shape_of != name ? " (" + name + " runs " + shape_of + " here)" : ""),
                         std::to_string(pl.Br) + "x" + std::to_string(pl.Bc));
     // A default shape that does not fit this GPU's shared memory gives way to the largest compiled
     // one that does (a shape asked for is kept, and refused at launch if it does not fit).
@@ -654,6 +662,13 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
     pl.blocks = p.B * p.H * ceil_div(p.N_q, pl.Br);
     if (runs.persistent) pl.persistent_blocks = cfg.persistent_blocks;
     if (runs.tile_counter) pl.workspace_bytes = int64_t(sizeof(unsigned));
+    if (pl.runs == "v12" || pl.runs == "v13") {
+      // TMA coordinates are 32-bit: the row of a key block (j Bc, up to N_k + Bc), of a query
+      // block (up to N_q) and the (batch, head) slice must fit in an int.
+      check_int(p.N_q, "--seq-q", "N_q for " + pl.runs + "'s tensor maps");
+      check_int(p.N_k + pl.Bc, "--seq-k", "N_k + Bc for " + pl.runs + "'s tensor maps");
+      check_int(p.B * p.H, "--batch/--heads", "B * H for " + pl.runs + "'s tensor maps");
+    }
   } else if (pl.runs == "v1") {
     v1_blocks(p, cfg, pl.Br, pl.Bc);
     pl.threads = v1::kThreads;

@@ -580,7 +580,37 @@ TEST_CASE("05 plan: auto runs tensor cores at every head dim in fp16/bf16, on sm
   hopper.sm = 90;
   CHECK(fa05::plan("auto", fa::make_problem(1, 1, 1, 64, 64, 64, false), fa::DType::fp32, hopper).runs == "v1");
   CHECK_THROWS_WITH_AS(fa05::plan("auto", fa::make_problem(1, 1, 1, 64, 64, 257, false), fa::DType::bf16, hopper),
-                       doctest::Contains("--head-dim"), fa05::Unsupported);
+                       doctest::Contains("kernel auto (v13 here)"), fa05::Unsupported);
+  // No knob with auto, on every GPU alike (what it would mean depends on what auto picks).
+  for (int sm : {90, 80}) {
+    fa05::Config knob;
+    knob.sm = sm, knob.persistent_blocks = 4;
+    CHECK_THROWS_WITH_AS(fa05::plan("auto", fa::make_problem(1, 2, 2, 100, 100, 64, false), fa::DType::bf16, knob),
+                         doctest::Contains("--persistent-blocks"), fa05::Unsupported);
+    knob.persistent_blocks = 0, knob.Bc = 64;
+    CHECK_THROWS_WITH_AS(fa05::plan("auto", fa::make_problem(1, 2, 2, 100, 100, 64, false), fa::DType::bf16, knob),
+                         doctest::Contains("--block-q/--block-k"), fa05::Unsupported);
+  }
+  // v12 and v13 address rows and (batch, head) slices with TMA's 32-bit coordinates: refused past
+  // them (d = 128: v12 runs itself; v13 at d = 8 too, where nothing is padded).
+  CHECK_THROWS_WITH_AS(fa05::plan("v13", fa::make_problem(1, 1, 1, 16, int64_t(1) << 31, 8, false), fa::DType::bf16, hopper),
+                       doctest::Contains("--seq-k"), fa05::Unsupported);
+  for (const char* k : {"v12", "v13"}) {
+    CHECK_THROWS_WITH_AS(fa05::plan(k, fa::make_problem(1, 1, 1, 16, int64_t(1) << 31, 128, false), fa::DType::bf16, hopper),
+                         doctest::Contains("--seq-k"), fa05::Unsupported);
+    CHECK_THROWS_WITH_AS(fa05::plan(k, fa::make_problem(1, 1, 1, int64_t(1) << 31, 16, 128, false), fa::DType::bf16, hopper),
+                         doctest::Contains("--seq-q"), fa05::Unsupported);
+    CHECK_NOTHROW(fa05::plan(k, fa::make_problem(1, 1, 1, 16, (int64_t(1) << 31) - 1 - 128, 128, false), fa::DType::bf16, hopper));
+  }
+  // A knob kept is not reported as dropped; one dropped is.
+  fa05::Config capped = hopper;
+  capped.persistent_blocks = 4;
+  const fa05::Plan wide = fa05::plan("v12", fa::make_problem(1, 2, 2, 100, 100, 192, false), fa::DType::bf16, capped);
+  CHECK(wide.runs == "v13");
+  CHECK(wide.persistent_blocks == 4);
+  CHECK(wide.note.find("does not apply") == std::string::npos);
+  CHECK(fa05::plan("v13", fa::make_problem(1, 2, 2, 100, 100, 64, false), fa::DType::fp32, capped).note.find(
+            "--persistent-blocks does not apply to v1") != std::string::npos);
 }
 
 TEST_CASE("05 plan: the cuBLAS baseline's workspace is S (float32) and P (in 16 bits)") {
