@@ -132,7 +132,8 @@ const char* fa05_runs(const char* kernel, int64_t d, int dtype) {
   g_error.clear();
   fa::AttnProblem p;
   fa::DType t;
-  if (make_problem(kernel, 1, 1, 1, 1, 1, d, dtype, 0, 0.f, p, t) != FA05_OK) return nullptr;
+  // A prefill-shaped problem: "auto" runs v14 where N_q <= 16 (decode), another kernel here.
+  if (make_problem(kernel, 1, 1, 1, 1024, 1024, d, dtype, 0, 0.f, p, t) != FA05_OK) return nullptr;
   const char* runs = nullptr;
   guarded([&] {
     const std::string name = fa05::plan(kernel, p, t).runs;

@@ -1,13 +1,14 @@
 // The 05_cuda_tiled program: the CLI contract of common/cli.hpp around one kernel version of
 // runner.hpp, on the GPU, plus
-//   --kernel NAME    which version: v1 (default), v2 ... v12 (tensor cores), cublas (the
-//                    materialised baseline)
+//   --kernel NAME    which version: v1 (default), v2 ... v13 (tensor cores), v14 (decode), auto
+//                    (the fastest for the problem), cublas (the materialised baseline)
 //   --dtype T        fp32 (default), fp16 or bf16: Q, K, V are rounded to T, O is stored in T
 //   --sram-bytes M   v1: the shared memory the blocks are sized from (default 48 KiB)
 //   --block-q Br     v1: query rows per block   (default: min(Bc, d), FA1 Alg. 1 line 1)
 //   --block-k Bc     v1: key rows per block     (default: ceil(M / 4d), M in floats)
 //                    v5 ... v12 take both too, among their compiled shapes (default: the sweep's winner)
-//   --persistent-blocks P  v8, v10 ... v12: at most P persistent thread blocks (default: as many as stay resident)
+//   --persistent-blocks P  v8, v10 ... v13: at most P persistent thread blocks (default: as many as stay resident)
+//   --splits S       v14: key ranges per (batch, kv head), one thread block each (default: from the SMs)
 // Without a GPU it exits with code 2 and one line, like any other unusable input.
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -45,7 +46,7 @@ int main(int argc, char** argv) {
   return fa::stage_main(
       argc, argv, stage,
       [&](CLI::App& app) {
-        app.add_option("--kernel", kernel, "kernel version: v1 (default), v2 ... v13 (tensor cores), auto (the fastest for the problem) or cublas (materialised baseline)");
+        app.add_option("--kernel", kernel, "kernel version: v1 (default), v2 ... v13 (tensor cores), v14 (decode: split-KV), auto (the fastest for the problem) or cublas (materialised baseline)");
         app.add_option("--sram-bytes", cfg.sram_bytes, "v1: shared memory M the blocks are sized from (default 48 KiB)")
             ->check(CLI::Range(int64_t(16), int64_t(1) << 30));
         app.add_option("--block-q", cfg.Br, "v1, v5 ... v13: Br, query rows per block (v1 default: min(Bc, d))")
@@ -53,6 +54,8 @@ int main(int argc, char** argv) {
         app.add_option("--block-k", cfg.Bc, "v1, v5 ... v13: Bc, key rows per block (v1 default: ceil(M / 16d), M in bytes: FA1's ceil(M/4d) in floats)")
             ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
         app.add_option("--persistent-blocks", cfg.persistent_blocks, "v8, v10 ... v13: at most this many persistent thread blocks (default: as many as stay resident)")
+            ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+        app.add_option("--splits", cfg.splits, "v14: key ranges per (batch, kv head), one thread block each (default: enough to fill the SMs)")
             ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
       },
       [&](const fa::Inputs&, nlohmann::json& report, std::ostream& text) {
@@ -63,11 +66,13 @@ int main(int argc, char** argv) {
                             {"Br", pl.Br},            {"Bc", pl.Bc},
                             {"threads", pl.threads},  {"blocks", pl.blocks},
                             {"smem_bytes", pl.smem_bytes}, {"workspace_bytes", pl.workspace_bytes},
-                            {"d_kernel", pl.d_kernel}, {"d_buffers", pl.d_buffers}};
+                            {"d_kernel", pl.d_kernel}, {"d_buffers", pl.d_buffers},
+                            {"splits", pl.splits},    {"keys_per_split", pl.keys_per_split}};
         text << "  kernel   : " << kernel << (pl.runs != kernel ? " (ran " + pl.runs + ")" : "") << " on " << fa::gpu_description() << "; " << pl.blocks
              << (fa05::kernel_info(pl.runs).persistent ? " tiles for persistent thread blocks" : " thread blocks") << " of " << pl.threads
              << " threads, " << pl.smem_bytes << " bytes of shared memory each";
         if (pl.Br > 0) text << ", Br = " << pl.Br << ", Bc = " << pl.Bc;
+        if (pl.splits > 0) text << ", keys in " << pl.splits << " splits of " << pl.keys_per_split;
         text << "\n";
         if (!pl.note.empty()) text << "  note     : " << pl.note << "\n";
       });

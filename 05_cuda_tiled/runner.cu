@@ -32,6 +32,7 @@
 #include "kernels/v11_o_smem.cuh"
 #include "kernels/v12_warp_specialized.cuh"
 #include "kernels/v13_every_d.cuh"
+#include "kernels/v14_split_kv.cuh"
 #include "pad_columns.hpp"
 #include "runner.hpp"
 
@@ -81,6 +82,9 @@ const std::vector<KernelInfo>& kernels() {
       {"v13", "kernels/v13_every_d.cuh",
        "v12 at every head dim up to 256: Q read by the tensor cores from shared memory, tiles of d rounded up to 64 columns that TMA fills with zeros, one Q buffer where two do not fit",
        true, 256, true, true, true, true, true, v13::kProducerThreads},
+      {"v14", "kernels/v14_split_kv.cuh",
+       "decode: the query heads of a kv head packed into one tile, its keys split across thread blocks, the partial states merged by stage 03's merge (split-KV)",
+       true, 256, true, false, false, false, false},
       {"cublas", "kernels/baseline_cublas.cuh",
        "materialised baseline: cuBLAS S = QK^T, softmax kernel, cuBLAS O = PV; S, P in HBM",
        true, 1 << 16, false, false, false, false, false},
@@ -406,8 +410,84 @@ CUtensorMap tensor_map_3d(const void* base, fa::DType dtype, int64_t d, int64_t 
   return map;
 }
 
+// v14's split of the keys (kernels/v14_split_kv.cuh). A block is (batch, kv head, tile of 16
+// packed rows, key range); without a split there are units = B H_kv row_tiles of them, too few to
+// fill the GPU when the batch is small (B = 8, H_kv = 8: 64 blocks on 132 SMs). The split count s
+// makes units s blocks; they run in waves of `slots` (SMs x blocks resident per SM), and a last,
+// partial wave leaves SMs idle: efficiency(s) = units s / (waves slots). plan() takes the smallest
+// s within 85 % of the best efficiency for s <= 128 (more splits cost the partial states' writes
+// and the merge, so fewer win a tie), and never more splits than 64-key tiles / 4 (each block
+// streams at least 4 tiles: 256 keys). FlashAttention-2's num_splits_heuristic makes the same
+// trade (read, not copied); the threshold is ours.
+void split_kv_plan(const fa::AttnProblem& p, const Config& cfg, Plan& pl) {
+  const int64_t D = pl.d_kernel;
+  pl.Br = v14::kRows, pl.Bc = v14::Bc;
+  pl.threads = v14::kThreads;
+  pl.smem_bytes = v14::smem_bytes(int(D));
+  pl.row_tiles = ceil_div(p.H / p.H_kv * p.N_q, v14::kRows);
+  const int64_t units = p.B * p.H_kv * pl.row_tiles, tiles = ceil_div(p.N_k, v14::Bc);
+  const int sms = cfg.sm_count > 0 ? cfg.sm_count : std::max(fa::gpu_sm_count(), 0);
+  const int64_t sm_count = sms > 0 ? sms : 132;
+  // Blocks resident per SM: by shared memory (228 KiB an SM on Hopper, 1 KiB reserved per block)
+  // and by registers (64K an SM; ptxas, CUDA 13.0: 126-128 a thread up to D = 96, 168 at 128,
+  // 226 and 254 at 192 and 256).
+  const int64_t regs = D <= 96 ? 128 : D <= 128 ? 168 : 256;
+  const int64_t per_sm = std::max<int64_t>(1, std::min(228 * 1024 / (pl.smem_bytes + 1024), 65536 / (v14::kThreads * regs)));
+  const int64_t slots = sm_count * per_sm;
+  int64_t s = cfg.splits;
+  if (s <= 0) {
+    const int64_t max_s = std::max<int64_t>(1, std::min<int64_t>(128, tiles / 4));
+    const auto eff = [&](int64_t k) { return double(units * k) / double(ceil_div(units * k, slots) * slots); };
+    double best = 0;
+    for (int64_t k = 1; k <= max_s; ++k) best = std::max(best, eff(k));
+    s = 1;
+    while (s < max_s && eff(s) < 0.85 * best) ++s;
+  }
+  if (s > tiles)
+    throw Unsupported("--splits", "at most one split per 64-key tile (" + std::to_string(tiles) + " here)", std::to_string(s));
+  pl.keys_per_split = ceil_div(tiles, s) * v14::Bc;
+  pl.splits = ceil_div(p.N_k, pl.keys_per_split);  // no empty split
+  pl.blocks = units * pl.splits;
+  if (pl.splits > 1) check_int(ceil_div(p.B * p.H * p.N_q, v14::kWarps), "--batch/--heads/--seq-q", "the merge's blocks");
+  if (pl.splits > 1)
+    pl.workspace_bytes = pl.splits * p.B * p.H * p.N_q * (pl.d_buffers + 1) * int64_t(sizeof(float));
+}
+
+// v14: the split-KV pass, then (splits > 1) the merge of the partial states, on the stream.
+void v14_forward(const fa::AttnProblem& p, fa::DType dtype, const void* Q, const void* K, const void* V,
+                 void* O, float* LSE, const Plan& pl, cudaStream_t stream) {
+  const int64_t rows_all = p.B * p.H * p.N_q;
+  fa::DeviceBuffer<float> part(pl.splits > 1 ? pl.splits * rows_all * (p.d + 1) : 0, fa::Mem::Extra, stream);
+  float* O_part = part.get();
+  float* LSE_part = O_part ? O_part + pl.splits * rows_all * p.d : nullptr;
+  const auto launch = [&](auto tag, auto d_tag) {
+    using T = decltype(tag);
+    auto* kernel_fn = v14::forward_kernel<T, decltype(d_tag)::value>;
+    set_smem(kernel_fn, pl.smem_bytes);
+    kernel_fn<<<unsigned(pl.blocks), unsigned(pl.threads), size_t(pl.smem_bytes), stream>>>(
+        static_cast<const T*>(Q), static_cast<const T*>(K), static_cast<const T*>(V), static_cast<T*>(O), LSE,
+        O_part, LSE_part, p, p.resolved_scale(), int(pl.splits), pl.keys_per_split, pl.row_tiles);
+    FA_CUDA_CHECK(cudaGetLastError());
+    if (pl.splits > 1) {
+      v14::combine_kernel<T><<<unsigned(ceil_div(rows_all, v14::kWarps)), v14::kThreads, 0, stream>>>(
+          O_part, LSE_part, static_cast<T*>(O), LSE, rows_all, p.d, int(pl.splits));
+      FA_CUDA_CHECK(cudaGetLastError());
+    }
+  };
+  const auto with_width = [&]<int... W>(auto tag, Widths<W...>*) {
+    const bool found = ((pl.d_kernel == W ? (launch(tag, std::integral_constant<int, W>{}), true) : false) || ...);
+    if (!found) throw Unsupported("--head-dim", "a compiled width", std::to_string(pl.d_kernel));
+  };
+  if (dtype == fa::DType::fp16) with_width(__half{}, static_cast<V13Widths*>(nullptr));
+  else with_width(__nv_bfloat16{}, static_cast<V13Widths*>(nullptr));
+}
+
 void tc_forward(const fa::AttnProblem& p, fa::DType dtype, const void* Q, const void* K, const void* V,
                 void* O, float* LSE, const Plan& pl, cudaStream_t stream) {
+  if (pl.runs == "v14") {
+    v14_forward(p, dtype, Q, K, V, O, LSE, pl, stream);
+    return;
+  }
   const auto go = [&](auto make) { tc_launch(p, dtype, Q, K, V, O, LSE, pl, stream, make); };
   bool found = true;
   if (pl.runs == "v2")
@@ -510,10 +590,13 @@ constexpr bool kHaveSm90a = false;  // v7 ... v13 are compiled only into sm_90a 
 
 AutoChoice auto_kernel(const fa::AttnProblem& p, fa::DType dtype, const Config& cfg) {
   if (dtype == fa::DType::fp32) return {"v1", "fp32 runs v1: every tensor-core version takes fp16/bf16"};
+  // Decode: a query block of a few rows per head gives a prefill kernel B H thread blocks that
+  // each stream a whole KV cache; v14 packs the heads of a kv head and splits the keys. The
+  // crossover (N_q <= 16) is the lab notebook's v14 table, measured on the H200.
+  if (p.N_q <= v14::kRows) return {"v14", "decode (N_q <= 16): v14, split-KV with the query heads of a kv head packed"};
   const int sm = cfg.sm > 0 ? cfg.sm : fa::gpu_compute_capability();
   if (kHaveSm90a && (sm <= 0 || sm == 90))
     return {"v13", "Hopper: v13, v12's design at every native width"};
-  (void)p;
   return {"v5", "no wgmma here: v5, mma.sync at widths 64, 128, 192 and 256"};
 }
 
@@ -530,8 +613,11 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
   // The kernel as the caller named it, for messages ("auto (v13 here)").
   const std::string asked = kernel == "auto" ? "auto (" + name + " here)" : name;
   // auto takes no knob whose meaning depends on what it picks: refused on every GPU alike.
-  if (kernel == "auto" && (cfg.persistent_blocks > 0 || cfg.Br > 0 || cfg.Bc > 0 || cfg.sram_bytes > 0))
-    throw Unsupported(cfg.persistent_blocks > 0 ? "--persistent-blocks" : cfg.sram_bytes > 0 ? "--sram-bytes" : "--block-q/--block-k",
+  if (kernel == "auto" && (cfg.persistent_blocks > 0 || cfg.Br > 0 || cfg.Bc > 0 || cfg.sram_bytes > 0 || cfg.splits > 0))
+    throw Unsupported(cfg.persistent_blocks > 0 ? "--persistent-blocks"
+                      : cfg.splits > 0          ? "--splits"
+                      : cfg.sram_bytes > 0      ? "--sram-bytes"
+                                                : "--block-q/--block-k",
                       "no block or grid knob with kernel auto (name a kernel to set one)", "kernel auto");
   if (p.d > info.max_d)
     throw Unsupported("--head-dim", "at most " + std::to_string(info.max_d) + " for kernel " + asked,
@@ -540,7 +626,7 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
   pl.runs = name;
   const int64_t tc_width = next_width<TcWidths>(p.d);  // v2 ... v12's width for d (0: none, d > 128)
   const auto widths_cover = [&](const std::string& k) {  // k has a native width >= d
-    return k == "v13" || k == "v5" || tc_width > 0;
+    return k == "v13" || k == "v14" || k == "v5" || tc_width > 0;
   };
   if (info.tensor_cores && dtype == fa::DType::fp32) {
     pl.runs = "v1";
@@ -588,13 +674,16 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
   // The head-dim padding (Plan::d_kernel, d_buffers): the next native width of the kernel that runs.
   pl.d_kernel = pl.d_buffers = p.d;
   if (runs.tensor_cores) {
-    pl.d_kernel = pl.runs == "v13" ? next_width<V13Widths>(p.d) : pl.runs == "v5" ? next_width<V5Widths>(p.d) : tc_width;
-    pl.d_buffers = pl.runs == "v13" ? (p.d + 7) / 8 * 8 : pl.d_kernel;  // TMA reads rows of 16-byte multiples
+    const bool own_fill = pl.runs == "v13" || pl.runs == "v14";  // zero-fills columns past d itself
+    pl.d_kernel = own_fill ? next_width<V13Widths>(p.d) : pl.runs == "v5" ? next_width<V5Widths>(p.d) : tc_width;
+    pl.d_buffers = own_fill ? (p.d + 7) / 8 * 8 : pl.d_kernel;  // TMA, cp.async: rows of 16-byte multiples
     if (pl.d_kernel != p.d)
       add_note("d = " + std::to_string(p.d) + " runs " + pl.runs + "'s d = " + std::to_string(pl.d_kernel) + " kernel, " +
-               (pl.d_buffers == p.d ? "its columns past d filled with zeros by TMA"
+               (pl.d_buffers == p.d ? std::string("its columns past d filled with zeros by ") + (pl.runs == "v14" ? "cp.async" : "TMA")
                                     : "on copies of Q, K, V, O zero-padded to " + std::to_string(pl.d_buffers) + " columns"));
   }
+  if (cfg.splits > 0 && pl.runs != "v14")
+    throw Unsupported("--splits", "only with v14 (split-KV)", "kernel " + asked + ", which runs " + pl.runs + " here");
   if (cfg.persistent_blocks > 0 && !info.persistent)  // v8, v10 ... v13 that falls back ignores it
     throw Unsupported("--persistent-blocks", "only with v8, v10, v11, v12 or v13", "kernel " + asked);
   if (pl.runs != "v1" && (cfg.sram_bytes > 0 || ((cfg.Br > 0 || cfg.Bc > 0) && !runs_shaped)))
@@ -669,6 +758,8 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
       check_int(p.N_k + pl.Bc, "--seq-k", "N_k + Bc for " + pl.runs + "'s tensor maps");
       check_int(p.B * p.H, "--batch/--heads", "B * H for " + pl.runs + "'s tensor maps");
     }
+  } else if (pl.runs == "v14") {
+    split_kv_plan(p, cfg, pl);
   } else if (pl.runs == "v1") {
     v1_blocks(p, cfg, pl.Br, pl.Bc);
     pl.threads = v1::kThreads;

@@ -31,6 +31,9 @@ struct Config {
                              // device's (fa::gpu_smem_optin_bytes()), kMaxSmemSm90 without one
   int64_t persistent_blocks = 0;  // v8, v10 ... v12: at most this many persistent blocks (0: as many as stay
                                   // resident); the tests use a few, so each walks many tiles
+  int sm_count = 0;  // for plan() alone: the GPU's SMs, which v14's split count fills (0: the current
+                     // device's, fa::gpu_sm_count(); 132, an H200's, without one)
+  int64_t splits = 0;  // v14: the key ranges per (batch, kv head) (0: plan() chooses from the SMs)
 };
 
 // A block shape, rows: Br query rows (16 per warp), Bc keys per K/V block.
@@ -91,6 +94,11 @@ struct Plan {
   // v13 reads rows of any d that is a multiple of 8 (TMA fills the rest of its width with zeros).
   int64_t d_kernel = 0, d_buffers = 0;
   bool padded_copies = false;  // d_buffers != d: the kernel reads the workspace copies, not Q, K, V, O
+  // v14 (split-KV decode): the keys of each (batch, kv head) in `splits` ranges of keys_per_split
+  // (a multiple of its 64-key tile), one thread block each; splits > 1 adds the partial states
+  // (O_s in fp32 and LSE_s, splits x B H N_q x (d_buffers + 1) floats) to the workspace and a
+  // second kernel that merges them. row_tiles: tiles of 16 packed rows ((H / H_kv) N_q per kv head).
+  int64_t splits = 0, keys_per_split = 0, row_tiles = 0;
 };
 
 // "auto": the kernel plan() runs when asked for "auto", for this dtype, d and GPU (Config::sm), with

@@ -52,8 +52,8 @@ TEST_CASE("05 v2 (tensor cores): conformance battery in fp16 and bf16 (and fp32 
   }
 }
 
-TEST_CASE("05 v3 ... v13: conformance battery in fp16 and bf16") {
-  for (const char* k : {"v3", "v4", "v5", "v6", "v7", "v8", "v9", "v10", "v11", "v12", "v13"})
+TEST_CASE("05 v3 ... v14: conformance battery in fp16 and bf16") {
+  for (const char* k : {"v3", "v4", "v5", "v6", "v7", "v8", "v9", "v10", "v11", "v12", "v13", "v14"})
     for (fa::DType t : {fa::DType::fp16, fa::DType::bf16}) {
       INFO(k << " dtype " << std::string(fa::dtype_name(t)));
       fa::check_forward_battery(stage_05_forward(k, t), false, storage(k, t));
@@ -98,6 +98,7 @@ TEST_CASE("05 ragged v9: N_q != N_k, causal, GQA at d = 64 and 128, fp16 and bf1
 TEST_CASE("05 ragged v10: N_q != N_k, causal, GQA at d = 64 and 128, fp16 and bf16") { check_ragged("v10"); }
 TEST_CASE("05 ragged v11: N_q != N_k, causal, GQA at d = 64 and 128, fp16 and bf16") { check_ragged("v11"); }
 TEST_CASE("05 ragged v12: N_q != N_k, causal, GQA at d = 64 and 128, fp16 and bf16") { check_ragged("v12"); }
+TEST_CASE("05 ragged v14: N_q != N_k, causal, GQA at d = 64 and 128, fp16 and bf16") { check_ragged("v14"); }
 
 // Every head dim's route: the native widths of v13 (32 ... 256) and d between them, which run the
 // next width with zero columns (TMA's fill where d is a multiple of 8, padded copies elsewhere), and
@@ -125,6 +126,37 @@ TEST_CASE("05 v13: every native width (32, 64, 96, 128, 192, 256), ragged, causa
 TEST_CASE("05 v13: padded widths (1, 8, 40, 59, 80, 111, 160, 200, 224, 255), ragged, causal, GQA") {
   check_widths("v13", {1, 8, 40, 59, 80, 111, 160, 200, 224, 255});
 }
+TEST_CASE("05 v14: every native width and padded ones, ragged, causal, GQA, fp16 and bf16") {
+  check_widths("v14", {32, 64, 96, 128, 192, 256, 8, 40, 59, 80, 200});
+}
+
+// Decode: 1 to 16 query rows against a long cache, through GQA (1, 4 and 8 query heads per kv
+// head: one row tile, or several), causal with N_q > 1 (bottom-right: speculative decoding), at
+// the split count plan() picks and at forced ones (1: no merge; 2, 7; one split per 64-key tile,
+// where the last is ragged). Each against float64 by the battery's rule, so a split that drops or
+// double-counts a key, or a merge that weighs a split wrongly, fails.
+TEST_CASE("05 v14 decode: split-KV at every split count, GQA packing, causal N_q > 1, fp16 and bf16") {
+  const int64_t shapes[][4] = {{3, 8, 8, 1}, {2, 8, 2, 1}, {1, 16, 2, 1}, {2, 8, 2, 4}, {1, 8, 1, 16}, {2, 4, 4, 3}};
+  for (auto& sh : shapes)
+    for (int64_t N_k : {1, 63, 64, 65, 1000, 4097})
+      for (bool causal : {false, true})
+        for (int64_t d : {64, 128}) {
+          const fa::Case c{"v14 decode", fa::make_problem(sh[0], sh[1], sh[2], sh[3], N_k, d, causal), fa::Fill::HighDims};
+          const int64_t tiles = (N_k + 63) / 64;
+          for (int64_t splits : {int64_t(0), int64_t(1), int64_t(2), int64_t(7), tiles}) {
+            if (splits > tiles) continue;
+            fa05::Config cfg;
+            cfg.splits = splits;
+            INFO("splits " << splits << " (0: the plan's)");
+            const fa::DType t = splits % 2 ? fa::DType::fp16 : fa::DType::bf16;
+            CHECK(fa05::plan("v14", c.p, t, cfg).runs == "v14");
+            fa::check_forward_case(stage_05_forward("v14", t, cfg), c, false, storage("v14", t));
+          }
+        }
+  // The plan splits a small batch's keys (else the test above would not see the merge).
+  CHECK(fa05::plan("v14", fa::make_problem(1, 8, 2, 1, 4097, 64, false), fa::DType::bf16).splits > 1);
+}
+
 TEST_CASE("05 v5 at every width (mma.sync: 64, 128, 192, 256, and padded d)") { check_widths("v5", {24, 100, 160, 192, 256}); }
 TEST_CASE("05 v2 at padded widths (d < 128 but 64)") { check_widths("v2", {8, 40, 80, 127}); }
 TEST_CASE("05 auto: the fastest kernel for the problem, at every head dim of real models") {

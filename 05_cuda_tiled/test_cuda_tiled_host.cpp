@@ -92,7 +92,7 @@ TEST_CASE("05 plan: what a kernel cannot run is refused with the flag to change"
   huge.sram_bytes = 1 << 20;  // blocks needing ~1 MiB of shared memory
   CHECK_THROWS_WITH_AS(fa05::plan("v1", fa::make_problem(1, 1, 1, 4096, 4096, 64, false), fa::DType::fp32, huge),
                        doctest::Contains("--sram-bytes"), fa05::Unsupported);
-  CHECK_THROWS_WITH_AS(fa05::plan("v14", fa::make_problem(1, 1, 1, 8, 8, 64, false), fa::DType::fp32),
+  CHECK_THROWS_WITH_AS(fa05::plan("v99", fa::make_problem(1, 1, 1, 8, 8, 64, false), fa::DType::fp32),
                        doctest::Contains("--kernel"), fa::InputError);
   CHECK_THROWS_WITH_AS(fa05::plan("v1", fa::make_problem(1, 3, 2, 8, 8, 64, false), fa::DType::fp32),
                        doctest::Contains("--kv-heads"), fa::InputError);
@@ -613,6 +613,69 @@ TEST_CASE("05 plan: auto runs tensor cores at every head dim in fp16/bf16, on sm
             "--persistent-blocks does not apply to v1") != std::string::npos);
 }
 
+TEST_CASE("05 plan: v14 packs a kv head's query heads into 16-row tiles and splits the keys to fill the SMs") {
+  fa05::Config h200;
+  h200.sm = 90, h200.sm_count = 132;
+  // The issue's decode shapes: B = 8, H = 32, H_kv = 8, N_k = 32768 (64 units on 132 SMs: split);
+  // B = 64, H = H_kv = 32, N_k = 4096 (2048 units: no split, no workspace).
+  for (int64_t d : {64, 128, 256}) {
+    INFO("d " << d);
+    const fa05::Plan few = fa05::plan("v14", fa::make_problem(8, 32, 8, 1, 32768, d, false), fa::DType::bf16, h200);
+    CHECK(few.runs == "v14");
+    CHECK(few.row_tiles == 1);  // 4 query heads x 1 row: one 16-row tile
+    CHECK(few.splits > 1);
+    CHECK(few.blocks == 8 * 8 * few.splits);
+    CHECK(few.blocks >= 0.85 * 132);  // (nearly) every SM streams K/V: one block per SM at d = 256
+    CHECK(few.keys_per_split % 64 == 0);
+    CHECK(few.splits * few.keys_per_split >= 32768);           // every key in a split
+    CHECK((few.splits - 1) * few.keys_per_split < 32768);      // and no split empty
+    CHECK(few.workspace_bytes == few.splits * 8 * 32 * 1 * (d + 1) * 4);
+    const fa05::Plan many = fa05::plan("v14", fa::make_problem(64, 32, 32, 1, 4096, d, false), fa::DType::bf16, h200);
+    CHECK(many.splits == 1);
+    CHECK(many.workspace_bytes == 0);
+    CHECK(many.blocks == 64 * 32);
+  }
+  // Rows: (H / H_kv) N_q packed rows per kv head, in tiles of 16; N_q = 5 with 8 heads per kv head: 40 rows, 3 tiles.
+  const fa05::Plan rows = fa05::plan("v14", fa::make_problem(1, 16, 2, 5, 1000, 128, true), fa::DType::fp16, h200);
+  CHECK(rows.row_tiles == 3);
+  CHECK(rows.blocks == 2 * 3 * rows.splits);
+  // More SMs, more splits (the split count follows the GPU); at most one per 4 tiles of keys.
+  fa05::Config big = h200;
+  big.sm_count = 264;
+  const fa::AttnProblem dec = fa::make_problem(2, 8, 8, 1, 65536, 128, false);
+  CHECK(fa05::plan("v14", dec, fa::DType::bf16, big).splits > fa05::plan("v14", dec, fa::DType::bf16, h200).splits);
+  CHECK(fa05::plan("v14", fa::make_problem(1, 1, 1, 1, 1000, 64, false), fa::DType::bf16, h200).splits <= 16 / 4);  // 16 tiles
+  // --splits: taken by v14, refused past one split per tile, by the other kernels and by auto.
+  fa05::Config forced = h200;
+  forced.splits = 7;
+  const fa05::Plan seven = fa05::plan("v14", fa::make_problem(1, 4, 1, 1, 7 * 64, 64, false), fa::DType::bf16, forced);
+  CHECK(seven.splits == 7);
+  CHECK(seven.keys_per_split == 64);
+  forced.splits = 8;
+  CHECK_THROWS_WITH_AS(fa05::plan("v14", fa::make_problem(1, 4, 1, 1, 7 * 64, 64, false), fa::DType::bf16, forced),
+                       doctest::Contains("--splits"), fa05::Unsupported);
+  for (const char* k : {"v5", "v13", "auto"})
+    CHECK_THROWS_WITH_AS(fa05::plan(k, fa::make_problem(1, 4, 1, 1, 7 * 64, 64, false), fa::DType::bf16, forced),
+                         doctest::Contains("--splits"), fa05::Unsupported);
+  // Every head dim on tensor cores, on sm_90 and sm_80 (mma.sync: no wgmma needed); d not a
+  // multiple of 8 on padded copies, the others read in place with zero-filled columns.
+  for (int sm : {90, 80})
+    for (int64_t d : {1, 8, 16, 32, 40, 59, 64, 80, 96, 111, 128, 160, 192, 224, 256}) {
+      INFO("sm " << sm << " d " << d);
+      fa05::Config cfg = h200;
+      cfg.sm = sm, cfg.smem_optin = sm == 90 ? fa05::kMaxSmemSm90 : 166912;
+      const fa05::Plan pl = fa05::plan("v14", fa::make_problem(2, 8, 2, 1, 5000, d, false), fa::DType::bf16, cfg);
+      CHECK(pl.runs == "v14");
+      CHECK(pl.d_kernel >= d);
+      CHECK(pl.smem_bytes <= cfg.smem_optin);
+      CHECK(pl.padded_copies == (d % 8 != 0));
+      // auto takes v14 for decode (N_q <= 16), and the prefill kernel above it
+      CHECK(fa05::plan("auto", fa::make_problem(2, 8, 2, 16, 5000, d, true), fa::DType::bf16, cfg).runs == "v14");
+      CHECK(fa05::plan("auto", fa::make_problem(2, 8, 2, 17, 5000, d, true), fa::DType::bf16, cfg).runs == (sm == 90 ? "v13" : "v5"));
+    }
+  CHECK(fa05::plan("v14", fa::make_problem(1, 1, 1, 1, 100, 64, false), fa::DType::fp32, h200).runs == "v1");
+}
+
 TEST_CASE("05 plan: the cuBLAS baseline's workspace is S (float32) and P (in 16 bits)") {
   const fa::AttnProblem p = fa::make_problem(2, 8, 2, 300, 500, 64, true);
   const int64_t nxn = 2 * 8 * 300 * 500;
@@ -674,7 +737,7 @@ TEST_CASE("05 C ABI: kernels listed; bad arguments answered with a status, no GP
   CHECK(std::string(fa05_runs("v2", 80, FA05_BF16)) == "v2");  // on copies padded to 128
   CHECK(std::string(fa05_runs("v2", 64, FA05_FP32)) == "v1");
   CHECK(std::string(fa05_runs("cublas", 80, FA05_FP32)) == "cublas");
-  CHECK(fa05_runs("v14", 64, FA05_BF16) == nullptr);
+  CHECK(fa05_runs("v99", 64, FA05_BF16) == nullptr);
   CHECK(fa05_runs("v2", 0, FA05_BF16) == nullptr);
   int64_t bytes = -1;
   CHECK(fa05_workspace_bytes("cublas", 1, 2, 1, 10, 20, 8, FA05_BF16, 0, &bytes) == FA05_OK);
@@ -768,7 +831,7 @@ TEST_CASE("05 program: without a GPU, one line and exit code 2; bad flags are na
   }
   // Checked before the GPU is needed, GPU or not:
   const std::pair<const char*, const char*> bad[] = {
-      {"--kernel v14 --seq-q 8", "--kernel"},
+      {"--kernel v99 --seq-q 8", "--kernel"},
       {"--dtype fp8 --seq-q 8", "--dtype"},
       {"--head-dim 300 --seq-q 8", "--head-dim"},
       {"--seq-q 8 --heads 3 --kv-heads 2", "--kv-heads"},

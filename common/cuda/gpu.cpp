@@ -84,4 +84,12 @@ int gpu_compute_capability() {
   return major * 10 + minor;
 }
 
+int gpu_sm_count() {
+  int dev = 0, sms = 0;
+  if (!gpu_available() || cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    return -1;
+  return sms;
+}
+
 }  // namespace fa

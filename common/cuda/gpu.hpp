@@ -28,4 +28,7 @@ long long gpu_smem_optin_bytes();
 // A100); -1 if unknown.
 int gpu_compute_capability();
 
+// Streaming multiprocessors of the current device (132 on an H200, 108 on an A100); -1 if unknown.
+int gpu_sm_count();
+
 }  // namespace fa
