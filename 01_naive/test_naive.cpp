@@ -28,6 +28,14 @@ TEST_CASE("01_naive backward: conformance battery vs the float64 reference backw
 }
 
 // Loss L = sum(O * dO); its gradient w.r.t. X is what backward() returns for X in {Q, K, V}.
+TEST_CASE("01_naive forward: variant battery (windows, softcaps) vs float64") {
+  fa::check_variant_forward_battery(naive::forward<float>, /*is_stage01=*/true);
+}
+
+TEST_CASE("01_naive backward: variant battery vs the float64 reference backward") {
+  fa::check_variant_backward_battery(naive::backward<float>, /*is_stage01=*/true);
+}
+
 TEST_CASE("01_naive backward in float64 equals central finite differences") {
   for (bool causal : {false, true}) {
     fa::AttnProblem p;

@@ -60,6 +60,16 @@ TEST_CASE("04_tiled_cpu: conformance battery, blocks from a small M (L1-sized, 3
   fa::check_forward_battery(f);
 }
 
+TEST_CASE("04_tiled_cpu: variant battery (windows, softcaps), default blocks and blocks that divide nothing") {
+  fa::check_variant_forward_battery(stage_04().forward);
+  fa::check_variant_forward_battery(with_blocks(7, 13));
+}
+
+TEST_CASE("04_tiled_cpu: variant battery, Br = Bc = 1 and one block as big as the problem") {
+  fa::check_variant_forward_battery(with_blocks(1, 1));
+  fa::check_variant_forward_battery(with_blocks(100000, 100000));
+}
+
 TEST_CASE("04_tiled_cpu: 1, 2 and 4 threads give bit-identical O and LSE") {
   // Ragged blocks, causal with fully masked rows, GQA, and enough query blocks for every thread.
   fa::AttnProblem probs[3];
