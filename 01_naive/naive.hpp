@@ -40,7 +40,8 @@ void attention_probs(const fa::AttnProblem& p, const T* Q, const T* K, T* S, T* 
         const T* q = Q + p.q_offset(b, h, i);
         T* s = S_bh + i * p.N_k;
         T* pr = P_bh + i * p.N_k;
-        // Step 1: S_ij = scale * q_i . k_j for the keys row i may see, -inf for the others.
+        // Step 1: S_ij = scale * q_i . k_j for the keys row i may see (causal, window), -inf for
+        // the others; with a softcap c, S_ij = c tanh(S_ij / c) (problem.hpp's capped()).
         for (int64_t j = 0; j < p.N_k; ++j) {
           if (!p.visible(i, j)) {
             s[j] = neg_inf;
@@ -49,7 +50,7 @@ void attention_probs(const fa::AttnProblem& p, const T* Q, const T* K, T* S, T* 
           const T* k = K + p.kv_offset(b, h, j);
           T dot = 0;
           for (int64_t c = 0; c < p.d; ++c) dot += q[c] * k[c];
-          s[j] = scale * dot;
+          s[j] = p.capped(scale * dot);
         }
         // Step 2: the textbook softmax P_ij = exp(S_ij) / l_i with l_i = sum_j exp(S_ij).
         // exp(S_ij) overflows to inf once S_ij > ~88.7 in float32: then l_i = inf and P = NaN.

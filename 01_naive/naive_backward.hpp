@@ -14,6 +14,7 @@ namespace naive {
 // Backward, materialised (Dao et al. 2022, Appendix B.2, the standard attention backward):
 //   dV = P^T dO                 dP = dO V^T
 //   D_i = rowsum(dO * O)_i      dS = P * (dP - D)          (softmax Jacobian, row by row)
+//                               dS *= 1 - (S / c)^2        (softcap c: S = c tanh(x / c))
 //   dQ = scale * dS K           dK = scale * dS^T Q
 // P is recomputed with the same textbook softmax as forward() (so it overflows the same way);
 // O is the forward output; LSE is accepted for the common signature but not needed here.
@@ -42,7 +43,8 @@ void backward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, cons
           T dp = 0;  // dP_ij = dO_i . V_j
           for (int64_t c = 0; c < p.d; ++c) dp += dout[c] * v[c];
           dP[row + j] = dp;
-          dS[row + j] = P[row + j] * (dp - D);
+          // Through the softcap (if any): dS/dx = 1 - tanh^2, x = scale q_i . k_j (S holds the capped S).
+          dS[row + j] = P[row + j] * (dp - D) * p.capped_slope(S[row + j]);
         }
         for (int64_t j = 0; j < p.N_k; ++j) {
           const T pij = P[row + j], dsij = dS[row + j];

@@ -29,12 +29,12 @@ inline std::string naive_softmax_diagnosis(const fa::Inputs& in) {
     for (int64_t h = 0; h < p.H; ++h)
       for (int64_t i = 0; i < p.N_q; ++i) {
         double row = -INFINITY;
-        for (int64_t j = 0; j < p.keys_seen(i); ++j) {
+        for (int64_t j = p.key_begin(i); j < p.key_end(i); ++j) {
           const float* q = in.Q.ptr() + p.q_offset(b, h, i);
           const float* k = in.K.ptr() + p.kv_offset(b, h, j);
           double s = 0;
           for (int64_t c = 0; c < p.d; ++c) s += double(q[c]) * double(k[c]);
-          row = std::max(row, scale * s);
+          row = std::max(row, p.capped(scale * s));  // a softcap keeps every logit below c
         }
         if (p.keys_seen(i) == 0) continue;  // a row that sees no key: O = 0 by definition
         top = std::max(top, row);

@@ -13,6 +13,8 @@
 #include <limits>
 #include <tuple>
 
+#include <nlohmann/json.hpp>
+
 #include "conformance.hpp"
 #include "naive_backward.hpp"
 #include "npy.hpp"
@@ -28,6 +30,14 @@ TEST_CASE("01_naive backward: conformance battery vs the float64 reference backw
 }
 
 // Loss L = sum(O * dO); its gradient w.r.t. X is what backward() returns for X in {Q, K, V}.
+TEST_CASE("01_naive forward: variant battery (windows, softcaps) vs float64") {
+  fa::check_variant_forward_battery(naive::forward<float>, /*is_stage01=*/true);
+}
+
+TEST_CASE("01_naive backward: variant battery vs the float64 reference backward") {
+  fa::check_variant_backward_battery(naive::backward<float>, /*is_stage01=*/true);
+}
+
 TEST_CASE("01_naive backward in float64 equals central finite differences") {
   for (bool causal : {false, true}) {
     fa::AttnProblem p;
@@ -158,6 +168,38 @@ TEST_CASE("01_naive program: --q/--k/--v files in, O and LSE out, matching float
   fs::remove_all(dir);
 }
 
+// --window and --softcap reach the problem whatever the input (files here), and the --json
+// report names them.
+TEST_CASE("01_naive program: --window and --softcap with file inputs match float64 with both") {
+  const fs::path dir = fs::temp_directory_path() / "fa_test_01_cli_variants";
+  fs::create_directories(dir);
+  const std::string data = FA_DATA_DIR;
+  const Ran r = run("--q " + data + "/minilm_l0_q.npy --k " + data + "/minilm_l0_k.npy --v " + data +
+                        "/minilm_l0_v.npy --causal --window 16,4 --softcap 20 --json --out " +
+                        (dir / "o.npy").string() + " --lse " + (dir / "l.npy").string(),
+                    dir);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  std::ifstream js(dir / "stdout.txt");
+  const nlohmann::json j = nlohmann::json::parse(js);
+  CHECK(j["problem"]["softcap"] == 20.0);
+  CHECK(j["problem"]["window"] == nlohmann::json::array({16, 4}));
+  fa::Inputs in = fa::load_inputs(data + "/minilm_l0_q.npy", data + "/minilm_l0_k.npy",
+                                  data + "/minilm_l0_v.npy", true, 0.f);
+  in.p.window_left = 16, in.p.window_right = 4, in.p.softcap = 20.f;
+  fa::TensorD O64, L64;
+  fa::reference_forward(in.p, in.Q, in.K, in.V, O64, L64);
+  const fa::Tensor O = fa::read_npy((dir / "o.npy").string(), "o");
+  const fa::Tensor L = fa::read_npy((dir / "l.npy").string(), "l");
+  CHECK(fa::compare(O.ptr(), O64.ptr(), O.numel()).max_abs <= 1e-6 * std::max(1.0, fa::max_abs_finite(O64.ptr(), O64.numel())));
+  CHECK(fa::compare(L.ptr(), L64.ptr(), L.numel()).max_abs <= 1e-6 * std::max(1.0, fa::max_abs_finite(L64.ptr(), L64.numel())));
+  // Without the flags the same files give another answer: the flags were not ignored.
+  in.p.window_left = in.p.window_right = -1, in.p.softcap = 0.f;
+  fa::reference_forward(in.p, in.Q, in.K, in.V, O64, L64);
+  CHECK(fa::compare(O.ptr(), O64.ptr(), O.numel()).max_abs > 1e-3);
+  fs::remove_all(dir);
+}
+
 TEST_CASE("01_naive program: bad input -> one line on stderr, exit 2, no output file") {
   const fs::path dir = fs::temp_directory_path() / "fa_test_01_cli_bad";
   fs::remove_all(dir);
@@ -232,6 +274,20 @@ TEST_CASE("01_naive program: bad input -> one line on stderr, exit 2, no output 
       {"--q " + (dir / "pipe.npy").string() + " --k " + K + " --v " + V, "pipe"},
       {"--q " + (dir / "v4.npy").string() + " --k " + (dir / "v4.npy").string() + " --v " +
            (dir / "v4.npy").string() + " --do " + (dir / "do_huge.npy").string(), "--do"},
+      // The variants (issue 34): a window side below -1 or not L,R; a softcap <= 0, not finite,
+      // not a number, or beyond float32 (quoted as typed); with files as with shape flags.
+      {"--seq-q 4 --window=-2,0", "--window"},
+      {"--seq-q 4 --window 5", "--window"},
+      {"--seq-q 4 --window 1,2,3", "--window"},
+      {"--seq-q 4 --window a,0", "--window"},
+      {"--q " + data + "/minilm_l0_q.npy --k " + K + " --v " + V + " --window 3,-7", "--window"},
+      {"--seq-q 4 --softcap 0", "--softcap"},
+      {"--seq-q 4 --softcap -1", "--softcap"},
+      {"--seq-q 4 --softcap nan", "--softcap"},
+      {"--seq-q 4 --softcap inf", "--softcap"},
+      {"--seq-q 4 --softcap 30x", "--softcap"},
+      {"--seq-q 4 --softcap 1e39", "found '1e39'"},
+      {"--q " + data + "/minilm_l0_q.npy --k " + K + " --v " + V + " --softcap 0", "--softcap"},
       // Fits the 2^40 limit but not the machine: refused before allocating (no OOM kill).
       {"--seq-q 200000 --heads 1 --head-dim 8", "memory available"},
   };

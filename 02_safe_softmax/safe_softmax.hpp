@@ -68,7 +68,8 @@ void attention_probs(const fa::AttnProblem& p, const T* Q, const T* K, T* S, T* 
         const T* q = Q + p.q_offset(b, h, i);
         T* s = S_bh + i * p.N_k;
         T* pr = P_bh + i * p.N_k;
-        // Step 1: S_ij = scale * q_i . k_j for the keys row i may see, -inf for the others.
+        // Step 1: S_ij = scale * q_i . k_j for the keys row i may see (causal, window), -inf for
+        // the others; with a softcap c, S_ij = c tanh(S_ij / c) (problem.hpp's capped()).
         for (int64_t j = 0; j < p.N_k; ++j) {
           if (!p.visible(i, j)) {
             s[j] = neg_inf;
@@ -77,7 +78,7 @@ void attention_probs(const fa::AttnProblem& p, const T* Q, const T* K, T* S, T* 
           const T* k = K + p.kv_offset(b, h, j);
           T dot = 0;
           for (int64_t c = 0; c < p.d; ++c) dot += q[c] * k[c];
-          s[j] = scale * dot;
+          s[j] = p.capped(scale * dot);
         }
         // exercise safe_row begins
         // Step 2, pass 1 (reads S): the row max m_i = max_j S_ij (Milakov & Gimelshein eq. (2)).

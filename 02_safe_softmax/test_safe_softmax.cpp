@@ -16,6 +16,10 @@ TEST_CASE("02_safe_softmax forward: conformance battery vs stage 01 and float64"
   fa::check_forward_battery(safe_softmax::forward<float>);
 }
 
+TEST_CASE("02_safe_softmax forward: variant battery (windows, softcaps) vs stage 01 and float64") {
+  fa::check_variant_forward_battery(safe_softmax::forward<float>);
+}
+
 TEST_CASE("02_safe_softmax passes the large-logit cases on which stage 01 overflows") {
   int cases = 0;
   for (const fa::Case& c : fa::forward_battery()) {

@@ -117,13 +117,14 @@ State<T> partial(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, i
   const T* q = Q + p.q_offset(b, h, i);
   State<T> st = empty_state<T>(p.d);
   for (int64_t j = j0; j < j1; ++j) {
-    // Step 1: S_ij = scale * q_i . k_j, or -inf if row i may not see key j. Used, then dropped.
+    // Step 1: S_ij = scale * q_i . k_j (softcapped if asked: c tanh(S_ij / c)), or -inf if row i
+    // may not see key j (causal, window). Used, then dropped.
     T s = neg_inf;
     if (p.visible(i, j)) {
       const T* k = K + p.kv_offset(b, h, j);
       T dot = 0;
       for (int64_t c = 0; c < p.d; ++c) dot += q[c] * k[c];
-      s = scale * dot;
+      s = p.capped(scale * dot);
     }
     // Step 2: fold it into (m, l, o) (Milakov & Gimelshein Alg. 3 line 5, with o alongside).
     add_key(st, s, V + p.kv_offset(b, h, j));

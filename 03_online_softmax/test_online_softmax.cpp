@@ -73,6 +73,10 @@ TEST_CASE("03_online_softmax forward: conformance battery vs stage 01 and float6
   fa::check_forward_battery(online_softmax::forward<float>);
 }
 
+TEST_CASE("03_online_softmax forward: variant battery (windows, softcaps) vs stage 01 and float64") {
+  fa::check_variant_forward_battery(online_softmax::forward<float>);
+}
+
 // ---- 1. The online normaliser on a plain vector ----
 
 TEST_CASE("03 vector softmax: equals stage 02's three-pass softmax, also for huge and -inf inputs") {

@@ -104,7 +104,7 @@ void blas_forward(const fa::AttnProblem& p, const float* Q, const float* K, cons
 #pragma omp parallel for num_threads(threads)
       for (int64_t i = 0; i < p.N_q; ++i) {
         float* s = S.data() + i * p.N_k;
-        const int64_t seen = p.keys_seen(i);
+        const int64_t seen = p.key_end(i);  // causal only here: row i sees keys 0 .. seen - 1
         std::fill(s + seen, s + p.N_k, neg_inf);
         float m = neg_inf, l = 0;
         for (int64_t j = 0; j < seen; ++j) m = std::max(m, s[j]);

@@ -60,6 +60,16 @@ TEST_CASE("04_tiled_cpu: conformance battery, blocks from a small M (L1-sized, 3
   fa::check_forward_battery(f);
 }
 
+TEST_CASE("04_tiled_cpu: variant battery (windows, softcaps), default blocks and blocks that divide nothing") {
+  fa::check_variant_forward_battery(stage_04().forward);
+  fa::check_variant_forward_battery(with_blocks(7, 13));
+}
+
+TEST_CASE("04_tiled_cpu: variant battery, Br = Bc = 1 and one block as big as the problem") {
+  fa::check_variant_forward_battery(with_blocks(1, 1));
+  fa::check_variant_forward_battery(with_blocks(100000, 100000));
+}
+
 TEST_CASE("04_tiled_cpu: 1, 2 and 4 threads give bit-identical O and LSE") {
   // Ragged blocks, causal with fully masked rows, GQA, and enough query blocks for every thread.
   fa::AttnProblem probs[3];
@@ -126,6 +136,10 @@ TEST_CASE("04_tiled_cpu: counted HBM traffic equals the formula (common/io_count
   add(1, 2, 1, 100, 300, 16, true, 32, 50);    // N_q < N_k, bottom-right
   add(1, 1, 1, 50, 50, 8, false, 1, 1);
   add(1, 1, 1, 50, 50, 8, false, 1000, 1000);  // one block: every element moves exactly once
+  add(1, 1, 1, 1024, 1024, 16, true, 64, 64);  // + a window of 128 keys (below): O(N w) keys
+  cfgs.back().p.window_left = 128;
+  add(2, 4, 2, 301, 257, 8, false, 7, 13);     // + an asymmetric window, rows that see no key
+  cfgs.back().p.window_left = 20, cfgs.back().p.window_right = 10;
   for (const Cfg& c : cfgs) {
     const fa::AttnProblem& p = c.p;
     INFO(p.describe() << " Br=" << c.Br << " Bc=" << c.Bc);
@@ -164,6 +178,18 @@ TEST_CASE("04_tiled_cpu: counted HBM traffic equals the formula (common/io_count
     const fa::IoCount f = fa::tiled_io(c.p, 50, 50);
     CHECK(f.hbm_read == 3 * 50 * 8);
     CHECK(f.hbm_write == 50 * 8 + 50);
+  }
+  {  // causal with a window of w = 128, Br = 64, N = 1024: query block r0 loads keys
+     // r0 - 128 .. r0 + 63, w + Br = 192 of them (fewer for the first two blocks), not r0 + 64:
+     // the traffic grows with N w, not N^2.
+    const Cfg& c = cfgs[7];
+    int64_t keys = 0;
+    for (int64_t r0 = 0; r0 < 1024; r0 += 64) keys += r0 + 64 - std::max<int64_t>(0, r0 - 128);
+    CHECK(keys == 14 * 192 + 64 + 128);
+    CHECK(fa::tiled_io(c.p, 64, 64).hbm_read == 1024 * 16 + 2 * 16 * keys);
+    fa::AttnProblem full = c.p;
+    full.window_left = -1;
+    CHECK(fa::tiled_io(full, 64, 64).hbm_read == 1024 * 16 + 2 * 16 * (64 * 16 * 17 / 2));
   }
   {  // Br = Bc = 1 moves what stage 03 moves on the same problem (non-causal).
     const Cfg& c = cfgs[5];

@@ -122,6 +122,13 @@ inline int64_t sram_floats(int64_t d, const Blocks& b) {
   return b.Br * d + d * ldk + b.Bc * ldo + b.Br * ldk + b.Br * ldo + 2 * b.Br;
 }
 
+// The softcap on the n visible scores of a row, in place: s = c tanh(s / c) (problem.hpp's
+// capped(), Gemma 2). A policy applied to the S block between gemm_qk and the mask, as the mask
+// is; scalar std::tanh (microkernel.hpp has no vector tanh: about one tanh per score).
+inline void softcap_row(const fa::AttnProblem& p, float* s, int64_t n) {
+  for (int64_t x = 0; x < n; ++x) s[x] = p.capped(s[x]);
+}
+
 template <class T, class Io = NoIo>
 void forward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, T* O, T* LSE,
              const Blocks& blk, Io* io_total = nullptr) {
@@ -138,10 +145,12 @@ void forward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, T* O,
   // row strides of the buffers with Bc and d columns (mk::row_stride: whole vectors, and never a
   // multiple of 128 bytes, so the rows a micro-kernel walks down do not crowd into a few L1 sets).
   const int64_t dpad = round_up(d, VW), ldk = row_stride(Bc), ldo = row_stride(d);
-  // How many leading keys query row i sees: the bottom-right aligned causal mask of problem.hpp.
-  const auto keys_seen = [&p](int64_t i) {
+  // The keys query row i sees, key_begin(i) <= j < key_end(i): problem.hpp's key_range() (the
+  // bottom-right aligned causal mask and the sliding window).
+  const auto key_begin = [&p](int64_t i) { return p.key_begin(i); };
+  const auto key_end = [&p](int64_t i) {
     FA_ZOO(CAUSAL_TOP_LEFT, return p.causal ? std::min(p.N_k, i + 1) : p.N_k);  // zoo: top-left causal
-    return p.keys_seen(i);
+    return p.key_end(i);
   };
 
   // The "SRAM": each thread's block buffers, O(Br d + Bc d + Br Bc) floats, whatever N is.
@@ -181,13 +190,16 @@ void forward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, T* O,
         m[r] = neg_inf, l[r] = 0.f;
         FA_ZOO(FINITE_NEG_INF_INIT, m[r] = -1e4f);  // zoo: the running max starts finite
       }
-      // Causal: the block's last row sees the most keys; key blocks past them are skipped whole.
-      const int64_t keys_needed = keys_seen(r0 + br - 1);
+      // Both ends of a row's keys rise with the row: the block's first row sees the first key
+      // any row of it sees, its last row the last. Keys outside [keys_from, keys_needed) are
+      // masked for every row of the block, and never loaded: with causal, the key blocks past the
+      // diagonal; with a window of w keys, all but about w + Br keys, O(N w) work, not O(N^2).
+      const int64_t keys_from = key_begin(r0), keys_needed = key_end(r0 + br - 1);
 
-      for (int64_t c0 = 0; c0 < keys_needed; c0 += Bc) {  // Alg. 1 line 5 (FA2: the inner loop)
+      for (int64_t c0 = keys_from; c0 < keys_needed; c0 += Bc) {  // Alg. 1 line 5 (FA2: the inner loop)
         const int64_t bc = std::min(Bc, p.N_k - c0);
-        // Causal: keys of this block past keys_needed are masked for every row; neither load nor
-        // compute them. Without a mask, or away from the diagonal, bn = bc.
+        // Keys of this block past keys_needed are masked for every row; neither load nor compute
+        // them. Without a mask, or away from the diagonal, bn = bc.
         const int64_t bn = std::min(bc, keys_needed - c0), bcp = round_up(bn, VW);
 
         // Load K_j and V_j into SRAM (line 6): only the bn keys some row of this block sees (a
@@ -210,14 +222,19 @@ void forward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, T* O,
         // S_ij = scale * Q_i K_j^T, a br x bn block (bcp columns computed), on chip (line 9).
         gemm_qk(Qi.data(), br, d, Kt.data(), ldk, bcp, scale, S.data(), ldk);
 
-        // Only a block that crosses the diagonal needs a mask: its last loaded key is past what
-        // the block's first row may see.
-        const bool crosses = p.causal && c0 + bn > keys_seen(r0);
+        // Only a block that an edge of the band crosses needs a mask: its last loaded key is past
+        // what the block's first row may see (the diagonal), or its first key is before what the
+        // last row may see (the window's left edge).
+        const bool crosses = c0 + bn > key_end(r0) || key_begin(r0 + br - 1) > c0;
         for (int64_t r = 0; r < br; ++r) {
           float* s = S.data() + r * ldk;
-          const int64_t seen = crosses ? std::clamp<int64_t>(keys_seen(r0 + r) - c0, 0, bn) : bn;
+          // Row r sees columns lo .. seen-1 of this block.
+          const int64_t lo = crosses ? std::clamp<int64_t>(key_begin(r0 + r) - c0, 0, bn) : 0;
+          const int64_t seen = crosses ? std::clamp<int64_t>(key_end(r0 + r) - c0, 0, bn) : bn;
+          if (p.softcap > 0.f) softcap_row(p, s + lo, seen - lo);  // S = c tanh(S / c)
           // Masked keys and the padding past bn: whatever gemm_qk computed there (from stale Kt
           // columns, even NaN) is replaced by -inf, which exp_neg() turns into exactly 0.
+          std::fill(s, s + lo, neg_inf);
           std::fill(s + seen, s + bcp, neg_inf);
           FA_ZOO(FINITE_MASK, std::fill(s + seen, s + bcp, -1e4f));  // zoo: masked with a finite "-inf"
 

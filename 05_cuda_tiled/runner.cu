@@ -602,6 +602,12 @@ AutoChoice auto_kernel(const fa::AttnProblem& p, fa::DType dtype, const Config& 
 
 Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const Config& cfg) {
   fa::validate(p);
+  // Issue 34: the CPU stages take a window and a softcap; the kernels refuse them, not ignore them.
+  if (p.has_window())
+    throw Unsupported("--window", "no window on the GPU yet (CPU stages 01-04 and 06 take one)",
+                      std::to_string(p.window_left) + "," + std::to_string(p.window_right));
+  if (p.softcap > 0.f)
+    throw Unsupported("--softcap", "no softcap on the GPU yet (CPU stages 01-04 and 06 take one)", std::to_string(p.softcap));
   std::string name = kernel;  // the kernel asked for, once "auto" is resolved
   Plan pl;
   if (kernel == "auto") {

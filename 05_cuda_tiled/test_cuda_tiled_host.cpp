@@ -857,3 +857,17 @@ TEST_CASE("05 program: without a GPU, one line and exit code 2; bad flags are na
   CHECK(o.code == 2);
   CHECK(!std::ifstream("test_05_host_O.npy").good());
 }
+
+// Issue 34: the CPU stages take a sliding window and a softcap; every kernel (auto included)
+// refuses them, naming the flag, rather than computing full attention.
+TEST_CASE("05 plan: a window or a softcap is refused on the GPU (CPU stages only, so far)") {
+  for (const char* k : {"auto", "v1", "v2", "v13", "cublas"}) {
+    INFO("kernel " << k);
+    fa::AttnProblem w = fa::make_problem(1, 2, 1, 64, 64, 64, true);
+    w.window_left = 16;
+    CHECK_THROWS_WITH_AS(fa05::plan(k, w, fa::DType::bf16), doctest::Contains("--window"), fa05::Unsupported);
+    fa::AttnProblem c = fa::make_problem(1, 2, 1, 64, 64, 64, false);
+    c.softcap = 30.f;
+    CHECK_THROWS_WITH_AS(fa05::plan(k, c, fa::DType::bf16), doctest::Contains("--softcap"), fa05::Unsupported);
+  }
+}

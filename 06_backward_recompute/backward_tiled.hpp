@@ -92,9 +92,29 @@ void backward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, cons
   // Padded to whole vectors: Brp, Bcp rows, dpad dims ("d padded"; dP is the gradient of P).
   const int64_t Brp = round_up(Br, VW), Bcp = round_up(Bc, VW), dpad = round_up(d, VW);
   const int threads = blk.threads > 0 ? blk.threads : omp_get_max_threads();
-  // Bottom-right causal, as the forward: query i sees key j iff j <= i + shift.
-  int64_t shift = p.N_k - p.N_q;
-  FA_ZOO(BWD_CAUSAL_TOP_LEFT, shift = 0);  // zoo: top-left causal in the backward only
+  // The keys query row i sees, key_begin(i) <= j < key_end(i): problem.hpp's key_range() (the
+  // bottom-right causal mask and the sliding window), as in the forward.
+  const auto key_begin = [&p](int64_t i) { return p.key_begin(i); };
+  const auto key_end = [&p](int64_t i) {
+    FA_ZOO(BWD_CAUSAL_TOP_LEFT, return p.causal ? std::clamp<int64_t>(i + 1, 0, p.N_k) : p.N_k);  // zoo: top-left causal in the backward only
+    return p.key_end(i);
+  };
+  // The query rows that see some key of j0 .. j1-1: both ends of a row's key range rise with the
+  // row, so these rows are one range too, first .. last-1, found by bisection.
+  const auto queries_seeing = [&](int64_t j0, int64_t j1) {
+    const auto lowest = [&](auto pred) {  // the lowest row i with pred(i), N_q if none
+      int64_t lo = 0, hi = p.N_q;
+      while (lo < hi) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (pred(mid)) hi = mid;
+        else lo = mid + 1;
+      }
+      return lo;
+    };
+    return std::pair{lowest([&](int64_t i) { return key_end(i) > j0; }),
+                     lowest([&](int64_t i) { return key_begin(i) >= j1; })};
+  };
+  const bool cap = p.softcap > 0.f;  // softcap: dS is multiplied by the slope 1 - tanh^2
 
   std::vector<float> D(static_cast<size_t>(p.lse_elems()));  // one float per query row
   row_dots(p, O, dO, D.data(), threads);
@@ -109,16 +129,17 @@ void backward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, cons
     Buffer St, dSt;   // (Bc, Brp)    S^T then P^T; dP^T then dS^T
     Buffer dKj, dVj;  // (Bc, dpad)   the gradients being summed
     Buffer L, Di;     // (Brp)        LSE_i (+inf for a row that sees no key), D_i
+    Buffer Tt;        // (Bc, Brp)    softcap only: the slope 1 - tanh^2 of each capped S^T
   };
   std::vector<Sram1> s1(static_cast<size_t>(threads));
   for (Sram1& t : s1)
     t = {Buffer(Bc * d), Buffer(Bc * d), Buffer(d * Brp), Buffer(d * Brp), Buffer(Br * dpad, 0.f),
          Buffer(Br * dpad, 0.f), Buffer(Bc * Brp), Buffer(Bc * Brp), Buffer(Bc * dpad),
-         Buffer(Bc * dpad), Buffer(Brp), Buffer(Brp)};
+         Buffer(Bc * dpad), Buffer(Brp), Buffer(Brp), Buffer(cap ? Bc * Brp : 0)};
 
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
   for (int64_t t = 0; t < p.B * p.H_kv * Tc; ++t) {
-    auto& [Kj, Vj, Qt, dOt, Qi, dOi, St, dSt, dKj, dVj, L, Di] = s1[static_cast<size_t>(omp_get_thread_num())];
+    auto& [Kj, Vj, Qt, dOt, Qi, dOi, St, dSt, dKj, dVj, L, Di, Tt] = s1[static_cast<size_t>(omp_get_thread_num())];
     const int64_t b = t / (p.H_kv * Tc), hk = t / Tc % p.H_kv, c0 = t % Tc * Bc;
     const int64_t bc = std::min(Bc, p.N_k - c0);
     // Load K_j, V_j into SRAM (FA2 Alg. 2 line 6); dK_j = dV_j = 0 on chip (line 7).
@@ -128,11 +149,12 @@ void backward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, cons
     std::copy(v, v + bc * d, Vj.data());
     std::fill(dKj.begin(), dKj.end(), 0.f);
     std::fill(dVj.begin(), dVj.end(), 0.f);
-    // Causal: queries before i_first see none of these keys; their blocks are skipped whole.
-    const int64_t i_first = p.causal ? std::max<int64_t>(0, c0 - shift) : 0;
+    // Queries outside i_first .. i_last-1 see none of these keys (causal: those before the
+    // diagonal reaches them; a window: also those it has passed); their blocks are skipped whole.
+    const auto [i_first, i_last] = queries_seeing(c0, c0 + bc);
 
     for (int64_t h = hk * G; h < (hk + 1) * G; ++h)  // GQA: heads sharing hk
-      for (int64_t r0 = i_first / Br * Br; r0 < p.N_q; r0 += Br) {  // line 8: the query blocks
+      for (int64_t r0 = i_first / Br * Br; r0 < i_last; r0 += Br) {  // line 8: the query blocks
         FA_ZOO(GQA_FIRST_HEAD_ONLY, if (h != hk * G) continue);  // zoo: the group's first head only
         const int64_t br = std::min(Br, p.N_q - r0), brp = round_up(br, VW);
         // Load Q_i, dO_i (rows, and transposed), LSE_i and D_i (line 9).
@@ -149,14 +171,19 @@ void backward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, cons
         }
         // S_ij^T = scale K_j Q_i^T (line 10), bc x brp.
         gemm_qk(Kj.data(), bc, d, Qt.data(), Brp, brp, scale, St.data(), Brp);
-        // Only a block the diagonal crosses needs the mask: the block's last key is past what
-        // its first query sees.
-        const bool crosses = p.causal && c0 + bc - 1 > r0 + shift;
+        // Only a block an edge of the band crosses needs the mask: the block's last key is past
+        // what its first query sees (the diagonal), or its first key before what its last query
+        // sees (the window's left edge).
+        const bool crosses = c0 + bc > key_end(r0) || key_begin(r0 + br - 1) > c0;
         for (int64_t c = 0; c < bc; ++c) {
           float* s = St.data() + c * Brp;
+          if (cap)  // S = c tanh(S / c) (problem.hpp's capped()), then its slope for dS below
+            for (int64_t r = 0; r < br; ++r) s[r] = p.capped(s[r]);
           if (crosses)
             for (int64_t r = 0; r < br; ++r)
-              if (c0 + c > r0 + r + shift) s[r] = neg_inf;
+              if (c0 + c < key_begin(r0 + r) || c0 + c >= key_end(r0 + r)) s[r] = neg_inf;
+          if (cap)
+            for (int64_t r = 0; r < br; ++r) Tt[c * Brp + r] = p.capped_slope(s[r]);  // 0 where masked
           // P_ij^T = exp(S_ij^T - LSE_i) (line 11): the softmax, recomputed.
           for (int64_t r = 0; r < brp; r += VW) store(s + r, exp_neg(load(s + r) - load(L.data() + r)));
         }
@@ -171,6 +198,9 @@ void backward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, cons
           for (int64_t r = 0; r < brp; r += VW) store(ds + r, load(pt + r) * (load(ds + r) - load(Di.data() + r)));
         }
         // exercise ds_t ends
+        if (cap)  // through the softcap: dS^T *= 1 - tanh^2 (the first br columns are used)
+          for (int64_t c = 0; c < bc; ++c)
+            for (int64_t r = 0; r < br; ++r) dSt[c * Brp + r] *= Tt[c * Brp + r];
         // dK_j += dS_ij^T Q_i (line 16; the factor scale is applied once, at the write).
         gemm_pv(dSt.data(), Brp, bc, br, Qi.data(), dpad, dpad, dKj.data(), dpad);
       }
@@ -194,23 +224,25 @@ void backward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, cons
     Buffer Kj;        // (Bc, dpad)   K_j by rows (B operand of dQ)
     Buffer S, dS;     // (Br, Bcp)    S; dP then dS
     Buffer dQi;       // (Br, dpad)   the gradient being summed
+    Buffer Sl;        // (Bcp)        softcap only: one row's slopes 1 - tanh^2
   };
   std::vector<Sram2> s2(static_cast<size_t>(threads));
   for (Sram2& t : s2)
     t = {Buffer(Br * d), Buffer(Br * d), Buffer(d * Bcp), Buffer(d * Bcp), Buffer(Bc * dpad, 0.f),
-         Buffer(Br * Bcp), Buffer(Br * Bcp), Buffer(Br * dpad)};
+         Buffer(Br * Bcp), Buffer(Br * Bcp), Buffer(Br * dpad), Buffer(cap ? Bcp : 0)};
 
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
   for (int64_t t = 0; t < p.B * p.H * Tr; ++t) {
-    auto& [Qi, dOi, Kt, Vt, Kj, S, dS, dQi] = s2[static_cast<size_t>(omp_get_thread_num())];
+    auto& [Qi, dOi, Kt, Vt, Kj, S, dS, dQi, Sl] = s2[static_cast<size_t>(omp_get_thread_num())];
     const int64_t b = t / (p.H * Tr), h = t / Tr % p.H, r0 = t % Tr * Br;
     const int64_t br = std::min(Br, p.N_q - r0);
     std::copy(Q + p.q_offset(b, h, r0), Q + p.q_offset(b, h, r0) + br * d, Qi.data());
     std::copy(dO + p.q_offset(b, h, r0), dO + p.q_offset(b, h, r0) + br * d, dOi.data());
     std::fill(dQi.begin(), dQi.end(), 0.f);
-    const int64_t keys_needed = p.keys_seen(r0 + br - 1);  // as in stage 04's forward
+    // As in stage 04's forward: the keys some row of the block sees, and no others.
+    const int64_t keys_from = p.key_begin(r0), keys_needed = p.key_end(r0 + br - 1);
 
-    for (int64_t c0 = 0; c0 < keys_needed; c0 += Bc) {
+    for (int64_t c0 = keys_from; c0 < keys_needed; c0 += Bc) {
       const int64_t bn = std::min(Bc, keys_needed - c0), bcp = round_up(bn, VW);
       // K_j, V_j transposed (the B operand of the S and dP products) and K_j by rows (for dQ).
       const T* k = K + p.kv_offset(b, h, c0);
@@ -221,12 +253,18 @@ void backward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, cons
       }
       gemm_qk(Qi.data(), br, d, Kt.data(), Bcp, bcp, scale, S.data(), Bcp);      // S_ij
       gemm_qk(dOi.data(), br, d, Vt.data(), Bcp, bcp, 1.f, dS.data(), Bcp);     // dP_ij
-      const bool crosses = p.causal && c0 + bn > p.keys_seen(r0);
+      const bool crosses = c0 + bn > p.key_end(r0) || p.key_begin(r0 + br - 1) > c0;
       for (int64_t r = 0; r < br; ++r) {
         float* s = S.data() + r * Bcp;
         float* ds = dS.data() + r * Bcp;
-        const int64_t seen = crosses ? std::clamp<int64_t>(p.keys_seen(r0 + r) - c0, 0, bn) : bn;
-        std::fill(s + seen, s + bcp, neg_inf);  // masked keys and the padding: P = 0
+        // Row r sees columns lo .. seen-1 of this block.
+        const int64_t lo = crosses ? std::clamp<int64_t>(p.key_begin(r0 + r) - c0, 0, bn) : 0;
+        const int64_t seen = crosses ? std::clamp<int64_t>(p.key_end(r0 + r) - c0, 0, bn) : bn;
+        if (cap) tiled::softcap_row(p, s + lo, seen - lo);  // S = c tanh(S / c), as the forward
+        std::fill(s, s + lo, neg_inf);          // masked keys and the padding: P = 0
+        std::fill(s + seen, s + bcp, neg_inf);
+        if (cap)
+          for (int64_t c = 0; c < bcp; ++c) Sl[c] = p.capped_slope(s[c]);  // 0 where masked
         // exercise ds begins
         const float lse = LSE[p.lse_offset(b, h, r0 + r)];
         const float l = lse == neg_inf ? -neg_inf : lse, Dr = D[p.lse_offset(b, h, r0 + r)];
@@ -235,6 +273,8 @@ void backward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, cons
           store(ds + c, pv * (load(ds + c) - Dr));
         }
         // exercise ds ends
+        if (cap)  // through the softcap: dS *= 1 - tanh^2
+          for (int64_t c = 0; c < bcp; ++c) ds[c] *= Sl[c];
       }
       // dQ_i += dS_ij K_j (FA2 Alg. 2 line 15, in a fixed order: no atomics).
       gemm_pv(dS.data(), Bcp, br, bn, Kj.data(), dpad, dpad, dQi.data(), dpad);

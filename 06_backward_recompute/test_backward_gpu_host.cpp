@@ -267,3 +267,16 @@ TEST_CASE("06 gpu plan: refuses what a kernel cannot run, naming the flag") {
   CHECK_THROWS_WITH_AS(fa06::backward_plan("gpu_v1", fa::make_problem(1, 3, 2, 8, 8, 64, false), fa::DType::fp32),
                        doctest::Contains("--kv-heads"), fa::InputError);
 }
+
+// Issue 34: the CPU backward takes a sliding window and a softcap; the GPU backward refuses them.
+TEST_CASE("06 gpu plan: a window or a softcap is refused, naming the flag (the CPU backward takes them)") {
+  for (const char* k : {"auto", "gpu_v1", "gpu_v2", "gpu_v4"}) {
+    INFO("kernel " << k);
+    fa::AttnProblem w = fa::make_problem(1, 2, 1, 64, 64, 64, true);
+    w.window_right = 0, w.window_left = 8;
+    CHECK_THROWS_WITH_AS(fa06::backward_plan(k, w, fa::DType::bf16), doctest::Contains("--window"), fa::InputError);
+    fa::AttnProblem c = fa::make_problem(1, 2, 1, 64, 64, 64, false);
+    c.softcap = 30.f;
+    CHECK_THROWS_WITH_AS(fa06::backward_plan(k, c, fa::DType::bf16), doctest::Contains("--softcap"), fa::InputError);
+  }
+}

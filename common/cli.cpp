@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -30,6 +31,10 @@ void add_common_flags(CLI::App& app, CliFlags& f, bool backward, bool outputs) {
   app.add_flag("--causal", p.causal, "bottom-right aligned causal mask: query i sees key j iff j <= i + N_k - N_q");
   f.scale_opt = app.add_option("--scale", p.scale, "softmax scale (default 1/sqrt(d))");
   app.add_option("--seed", f.seed, "seed of the random inputs (default 0)");
+  app.add_option("--window", f.window,
+                 "sliding window L,R: query i sees key j iff i + N_k - N_q - L <= j <= i + N_k - N_q + R "
+                 "(-1 = that side unbounded; with --causal, R is 0)");
+  app.add_option("--softcap", f.softcap, "softcap C > 0: S = C tanh(S / C) on the scaled scores (Gemma 2)");
   auto* q = app.add_option("--q", f.q, "Q as .npy (float32, [B,H,N_q,d], [H,N_q,d] or [N_q,d])");
   auto* k = app.add_option("--k", f.k, "K as .npy (float32, [B,H_kv,N_k,d] ...)");
   auto* v = app.add_option("--v", f.v, "V as .npy (float32, shape of K)");
@@ -56,6 +61,37 @@ void add_common_flags(CLI::App& app, CliFlags& f, bool backward, bool outputs) {
   app.add_flag("--no-check", f.no_check, "skip the comparisons with stage 01 and float64");
 }
 
+void apply_variants(const CliFlags& f, AttnProblem& p) {
+  if (!f.window.empty()) {
+    // Two integers >= -1, "L,R", nothing else (no spaces, no third number).
+    const auto side = [&](const std::string& t, int64_t& out) {
+      size_t used = 0;
+      try {
+        out = std::stoll(t, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      return !t.empty() && used == t.size() && !std::isspace(static_cast<unsigned char>(t[0])) && out >= -1;
+    };
+    const size_t comma = f.window.find(',');
+    int64_t L = 0, R = 0;
+    if (comma == std::string::npos || !side(f.window.substr(0, comma), L) || !side(f.window.substr(comma + 1), R))
+      throw InputError("--window", "L,R: two integers >= -1 (-1: that side unbounded), e.g. 256,0",
+                       "'" + f.window + "'");
+    p.window_left = L, p.window_right = R;
+  }
+  if (!f.softcap.empty()) {
+    // As typed, as --scale: 0 means "none" inside AttnProblem, typed it is an error; and a value
+    // that rounds to 0 or inf in float32 is reported as written.
+    char* end = nullptr;
+    const double v = std::strtod(f.softcap.c_str(), &end);
+    const float r = static_cast<float>(v);
+    if (end == f.softcap.c_str() || *end != '\0' || !(std::isfinite(v) && v > 0) || !(std::isfinite(r) && r > 0.f))
+      throw InputError("--softcap", "a finite number > 0 that float32 holds (e.g. 50)", "'" + f.softcap + "'");
+    p.softcap = r;
+  }
+}
+
 std::optional<AttnProblem> problem_from_flags(const CliFlags& f) {
   // --scale as typed: a value that rounds to 0 or inf in float32 is reported as the user wrote it
   // (after rounding it would read "found 0" for 1e-50). And scale 0 means "1/sqrt(d)" inside
@@ -67,6 +103,8 @@ std::optional<AttnProblem> problem_from_flags(const CliFlags& f) {
     if (!(std::isfinite(v) && v > 0) || !(std::isfinite(r) && r > 0.f))
       throw InputError("--scale", "a finite number > 0 that float32 holds (about 1.4e-45 to 3.4e38)", typed);
   }
+  AttnProblem variants;  // --window and --softcap are checked whatever the input
+  apply_variants(f, variants);
   if (!f.q.empty()) return std::nullopt;
   bool shape_given = false;
   for (auto* o : f.shape_opts) shape_given |= o && o->count() > 0;
@@ -75,14 +113,17 @@ std::optional<AttnProblem> problem_from_flags(const CliFlags& f) {
   // Not given: H_kv = H and N_k = N_q. Given as 0: validate() rejects it.
   if (f.shape_opts[2]->count() == 0) p.H_kv = p.H;
   if (f.shape_opts[4]->count() == 0) p.N_k = p.N_q;
+  apply_variants(f, p);
   validate(p);
   return p;
 }
 
 Inputs make_inputs(const CliFlags& f) {
   if (const std::optional<AttnProblem> p = problem_from_flags(f)) return random_inputs(*p, f.seed);
-  if (!f.q.empty()) return load_inputs(f.q, f.k, f.v, f.p.causal, f.p.scale);
-  return default_inputs(f.p.causal, f.p.scale);
+  Inputs in = !f.q.empty() ? load_inputs(f.q, f.k, f.v, f.p.causal, f.p.scale) : default_inputs(f.p.causal, f.p.scale);
+  apply_variants(f, in.p);
+  validate(in.p);
+  return in;
 }
 
 void check_dtype(const CliFlags& f, const std::string& supported) {
@@ -160,7 +201,8 @@ bool warn_nonfinite(const std::string& prog, const char* what, const Tensor& x, 
 
 nlohmann::json problem_json(const AttnProblem& p) {
   return {{"B", p.B},     {"H", p.H}, {"H_kv", p.H_kv},       {"N_q", p.N_q},
-          {"N_k", p.N_k}, {"d", p.d}, {"causal", p.causal}, {"scale", p.resolved_scale()}};
+          {"N_k", p.N_k}, {"d", p.d}, {"causal", p.causal}, {"scale", p.resolved_scale()},
+          {"window", {p.window_left, p.window_right}}, {"softcap", p.softcap}};
 }
 
 std::string human_bytes(int64_t bytes) {
@@ -197,7 +239,8 @@ void check_given_forward(const AttnProblem& p, const ForwardRun& fr, const Basel
         const bool none = p.keys_seen(i) == 0, inf = fr.LSE[p.lse_offset(b, h, i)] == -INFINITY;
         if (none != inf)
           throw InputError("--lse-in " + f.lse_in,
-                           std::string("-inf exactly for the rows that see no key (") + (p.causal ? "causal" : "not causal") + ")",
+                           std::string("-inf exactly for the rows that see no key (") + (p.causal ? "causal" : "not causal") +
+                               (p.has_window() ? ", windowed" : "") + ")",
                            "row " + std::to_string(i) + " of (b " + std::to_string(b) + ", h " + std::to_string(h) +
                                (inf ? ") is -inf" : ") is finite"));
       }

@@ -1,6 +1,7 @@
 // The one CLI contract every stage program and the tour follow (README.md, "Every program takes the same flags").
 //
 //   problem from flags : --batch --heads --kv-heads --seq-q --seq-k --head-dim --causal --scale --seed
+//   variants (any input): --window L,R (sliding window, -1 = unbounded side), --softcap C (> 0)
 //   or from files      : --q F --k F --v F   (.npy float32, C order, [B,H,N,d] | [H,N,d] | [N,d])
 //   neither            : the default input, real Q/K/V of a pretrained transformer (data/)
 //   outputs            : --out F (O), --lse F; backward stages --do F --dq F --dk F --dv F
@@ -28,6 +29,7 @@ struct CliFlags {
   std::string dO, dq, dk, dv;  // backward input / outputs
   std::string o_in, lse_in;    // backward stages: O and LSE from files instead of the forward
   std::string dtype = "fp32";
+  std::string window, softcap;  // --window L,R and --softcap C as typed (apply_variants parses them)
   bool json = false;
   bool no_check = false;
   CLI::Option* shape_opts[6] = {};  // to tell whether any shape flag was given
@@ -38,8 +40,12 @@ struct CliFlags {
 // --out/--lse (the tour runs several stages and writes no output files).
 void add_common_flags(CLI::App& app, CliFlags& f, bool backward, bool outputs = true);
 
+// Sets p's window and softcap from --window L,R and --softcap C (untouched where not given).
+// Throws InputError naming the flag: L or R not an integer >= -1, C not a finite number > 0.
+void apply_variants(const CliFlags& f, AttnProblem& p);
+
 // Builds the inputs the flags describe: files if --q/--k/--v, random if any shape flag, else the
-// default real input. Throws InputError.
+// default real input; --window and --softcap apply to all three. Throws InputError.
 Inputs make_inputs(const CliFlags& f);
 
 // The problem the shape flags give (validated), before any input is made; empty when the inputs
@@ -69,7 +75,8 @@ int stage_main(int argc, char** argv, const Stage& stage,
 // legitimate: a row that sees no key). Returns whether it warned.
 bool warn_nonfinite(const std::string& prog, const char* what, const Tensor& x, bool lse);
 
-// The problem as a JSON object (B, H, H_kv, N_q, N_k, d, causal, scale), for --json reports.
+// The problem as a JSON object (B, H, H_kv, N_q, N_k, d, causal, scale, window [L, R],
+// softcap (0: none)), for --json reports.
 nlohmann::json problem_json(const AttnProblem& p);
 
 // "3.0 MiB"-style rendering of a byte count.

@@ -24,10 +24,26 @@ AttnProblem make(int64_t B, int64_t H, int64_t H_kv, int64_t N_q, int64_t N_k, i
   return p;
 }
 
+// The same with a sliding window (left, right) and a softcap (0: none).
+AttnProblem make_variant(int64_t B, int64_t H, int64_t H_kv, int64_t N_q, int64_t N_k, int64_t d, bool causal,
+                         int64_t left, int64_t right, float softcap = 0.f) {
+  AttnProblem p = make(B, H, H_kv, N_q, N_k, d, causal);
+  p.window_left = left, p.window_right = right, p.softcap = softcap;
+  return p;
+}
+
+// The largest |S| after the softcap, from the largest before it (max_logit): c tanh(x / c) is
+// odd and rises with x. What decides whether stage 01's exp overflows.
+double capped_max(const AttnProblem& p, double max_raw) {
+  return p.softcap > 0.f ? double(p.softcap) * std::tanh(max_raw / double(p.softcap)) : max_raw;
+}
+
 std::string tag(const AttnProblem& p) {
   std::ostringstream s;
   s << "B" << p.B << " H" << p.H << "/" << p.H_kv << " Nq" << p.N_q << " Nk" << p.N_k << " d" << p.d
     << (p.causal ? " causal" : "");
+  if (p.has_window()) s << " window " << p.window_left << "," << p.window_right;
+  if (p.softcap > 0.f) s << " softcap " << p.softcap;
   return s.str();
 }
 
@@ -104,11 +120,68 @@ std::vector<Case> backward_battery() {
   return out;
 }
 
+std::vector<Case> variant_battery() {
+  std::vector<Case> cs;
+  auto add = [&](const std::string& what, AttnProblem p, Fill fill = Fill::Normal) {
+    cs.push_back({what + ": " + tag(p), p, fill});
+  };
+  // Every case through GQA (H = 4 query heads over H_kv = 2, or 8 over 1 and 2).
+  // Windows of 0 and 1 key: each row sees its diagonal key alone, or it and its neighbours.
+  for (bool causal : {false, true}) {
+    add("window 0", make_variant(1, 4, 2, 100, 100, 32, causal, 0, 0));
+    add("window 1", make_variant(1, 4, 2, 129, 129, 32, causal, 1, 1));
+  }
+  // Windows smaller than a block (stage 04's default Bc is 64 at these lengths, 06's is 64) and
+  // crossing block edges: band edges inside blocks, blocks wholly outside skipped.
+  for (bool causal : {false, true}) {
+    add("window below a block", make_variant(1, 4, 2, 300, 300, 64, causal, 16, 16));
+    add("window across blocks", make_variant(1, 4, 2, 1000, 1000, 32, causal, 100, 100), Fill::HighDims);
+  }
+  // Asymmetric windows, one side unbounded, and the right side with causal (which makes it 0).
+  add("window asymmetric", make_variant(2, 4, 2, 500, 500, 32, false, 200, 50));
+  add("window right only", make_variant(1, 4, 2, 300, 300, 32, false, -1, 10));
+  add("window left only", make_variant(1, 4, 2, 300, 300, 32, false, 50, -1));
+  add("window with causal", make_variant(1, 8, 2, 777, 777, 32, true, 64, -1));
+  add("window with causal, right ignored", make_variant(1, 8, 2, 257, 257, 32, true, 64, 5));
+  // N_q != N_k: a KV cache (N_q < N_k), a decode row, and N_q > N_k, whose first rows see no key
+  // (their band lies left of key 0); windows wider than the sequence change nothing.
+  add("window, N_q < N_k", make_variant(1, 4, 2, 100, 300, 32, true, 30, 0));
+  add("window, one query", make_variant(1, 4, 2, 1, 1000, 32, true, 127, 0));
+  add("window, N_q > N_k", make_variant(1, 4, 2, 300, 100, 32, false, 30, 10));
+  add("window, N_q > N_k", make_variant(2, 4, 1, 200, 64, 32, true, 5, -1));
+  add("window wider than N", make_variant(1, 4, 2, 200, 150, 32, false, 5000, 5000));
+  add("window, MQA and batch", make_variant(3, 8, 1, 65, 65, 16, true, 7, 0));
+  // Softcaps from 1 to 50 on logits of 100, far beyond every cap (stage 01 overflows without one;
+  // with one every logit is below c, so its exp cannot), causal and not.
+  for (float c : {1.f, 5.f, 20.f, 50.f})
+    for (bool causal : {false, true})
+      add("softcap " + std::to_string(int(c)) + ", logits 100", make_variant(1, 4, 2, 128, 128, 64, causal, -1, -1, c),
+          Fill::Logits100);
+  add("softcap 1, logits 30", make_variant(1, 8, 2, 113, 203, 32, true, -1, -1, 1.f), Fill::Logits30);
+  add("softcap 50, normal logits", make_variant(1, 4, 2, 64, 96, 16, false, -1, -1, 50.f));
+  // Both at once, and on real inputs (the problem's flags give causal, window and softcap).
+  add("window and softcap", make_variant(1, 4, 2, 500, 500, 64, true, 64, 0, 30.f), Fill::Logits100);
+  add("window and softcap", make_variant(1, 8, 2, 37, 300, 64, false, 20, 20, 10.f), Fill::Logits100);
+  for (bool causal : {false, true})
+    cs.push_back({std::string("real MiniLM layer 0, window 32,32, softcap 20") + (causal ? " causal" : ""),
+                  make_variant(1, 1, 1, 1, 1, 1, causal, 32, 32, 20.f), Fill::RealL0});
+  return cs;
+}
+
+std::vector<Case> variant_backward_battery() {
+  std::vector<Case> out;
+  for (const Case& c : variant_battery())
+    if (c.p.N_q * c.p.N_k <= 500 * 500) out.push_back(c);  // stage 01's backward stores 4 N_q N_k floats a head
+  return out;
+}
+
 Inputs case_inputs(const Case& c) {
   Inputs in;
   if (c.fill == Fill::RealL0 || c.fill == Fill::RealL5) {
     const std::string dir = std::string(FA_DATA_DIR) + "/minilm_l" + (c.fill == Fill::RealL0 ? "0" : "5");
     in = load_inputs(dir + "_q.npy", dir + "_k.npy", dir + "_v.npy", c.p.causal, c.p.scale);
+    in.p.window_left = c.p.window_left, in.p.window_right = c.p.window_right, in.p.softcap = c.p.softcap;
+    validate(in.p);
     add_grad_output(in, "", hash(c.name));
     return in;
   }
@@ -154,7 +227,11 @@ Inputs case_inputs(const Case& c) {
 Fp32Bound fp32_bound(const Inputs& in) {
   const double eps = std::numeric_limits<float>::epsilon();
   const double A = max_logit(in, true);                   // max_ij scale * sum_c |Q_ic K_jc|
-  const double ds = eps * (A + 1.0);                      // error of one float32 logit
+  double ds = eps * (A + 1.0);                            // error of one float32 logit
+  // A softcap c tanh(x / c) passes x's error on times its slope (<= 1), and adds its own: the
+  // division x / c (relative eps, times the slope 1 - tanh^2 and c: at most 0.45 eps c, as
+  // u sech^2(u) <= 0.45), tanh and the multiply by c (eps |S| <= eps c each): 3 eps c in all.
+  if (in.p.softcap > 0.f) ds += 3 * eps * double(in.p.softcap);
   const double sums = eps * std::sqrt(double(in.p.N_k));  // of a float32 sum over the keys
   Fp32Bound b;
   b.O = (ds + sums) * max_abs_finite(in.V.ptr(), in.V.numel());
@@ -194,7 +271,7 @@ void check_forward_case(const ForwardFn& f, const Case& c, bool is_stage01, Stor
   const ErrorStats eO = compare(run.O.ptr(), O64.ptr(), run.O.numel());
   const ErrorStats eL = compare(run.LSE.ptr(), LSE64.ptr(), run.LSE.numel());
   const Fp32Bound bound = fp32_bound(in);
-  const double maxS = max_logit(in, false);
+  const double maxS = capped_max(p, max_logit(in, false));  // the largest logit exp() meets
   const double ln_flt_max = std::log(double(std::numeric_limits<float>::max()));  // 88.72
   const double floor_O = 4 * std::numeric_limits<float>::epsilon() * std::max(1.0, max_abs_finite(O64.ptr(), O64.numel()));
   const double floor_L = 4 * std::numeric_limits<float>::epsilon() * std::max(1.0, max_abs_finite(LSE64.ptr(), LSE64.numel()));
@@ -250,6 +327,14 @@ void check_backward_battery(const BackwardFn& f, bool is_stage01, const ForwardF
   for (const Case& c : backward_battery()) check_backward_case(f, c, is_stage01, forward, st);
 }
 
+void check_variant_forward_battery(const ForwardFn& f, bool is_stage01) {
+  for (const Case& c : variant_battery()) check_forward_case(f, c, is_stage01);
+}
+
+void check_variant_backward_battery(const BackwardFn& f, bool is_stage01, const ForwardFn& forward) {
+  for (const Case& c : variant_backward_battery()) check_backward_case(f, c, is_stage01, forward);
+}
+
 void check_backward_case(const BackwardFn& f, const Case& c, bool is_stage01, const ForwardFn& forward, Storage st) {
   INFO("case: " << c.name << (st.dtype != DType::fp32 ? std::string(" [") + dtype_name(st.dtype) +
                                                             (st.P_in_dtype ? ", P and dS in dtype]" : "]")
@@ -264,7 +349,7 @@ void check_backward_case(const BackwardFn& f, const Case& c, bool is_stage01, co
   }
   REQUIRE_MESSAGE((forward || !lowp), "a 16-bit backward is checked with the forward that feeds it");
   const AttnProblem& p = in.p;
-  const double maxS = max_logit(in, false);
+  const double maxS = capped_max(p, max_logit(in, false));  // the largest logit exp() meets
   // Stage 01's materialised backward overflows like its forward there: a backward fed by its own
   // forward is still checked, with the float32 estimate standing in for stage 01's error (as in
   // the forward battery); one fed stage 01's forward cannot be.

@@ -219,7 +219,7 @@ double max_logit(const Inputs& in, bool abs_terms) {
   for (int64_t b = 0; b < p.B; ++b)
     for (int64_t h = 0; h < p.H; ++h)
       for (int64_t i = 0; i < p.N_q; ++i)
-        for (int64_t j = 0; j < p.keys_seen(i); ++j) {
+        for (int64_t j = p.key_begin(i); j < p.key_end(i); ++j) {
           const float* q = in.Q.ptr() + p.q_offset(b, h, i);
           const float* k = in.K.ptr() + p.kv_offset(b, h, j);
           double s = 0;

@@ -51,8 +51,9 @@ void check_finite(const Tensor& x, const std::string& arg);
 Tensor load_npy_as(const std::string& path, const std::string& arg, const std::vector<int64_t>& shape,
                    bool allow_neg_inf);
 
-// max over visible (i, j) of |S_ij| = |scale * Q_i . K_j|, in double. With abs_terms, of
-// scale * sum_c |Q_ic K_jc| instead (the size of the terms a float32 dot product rounds).
+// max over visible (i, j) of |S_ij| = |scale * Q_i . K_j|, in double, before any softcap (the
+// capped logit is c tanh(this / c)). With abs_terms, of scale * sum_c |Q_ic K_jc| instead (the
+// size of the terms a float32 dot product rounds).
 double max_logit(const Inputs& in, bool abs_terms = false);
 
 // Bytes of memory the kernel reports as available now (MemAvailable in /proc/meminfo); -1 if unknown.

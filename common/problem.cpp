@@ -11,6 +11,8 @@ std::string AttnProblem::describe() const {
   std::ostringstream s;
   s << "B=" << B << " H=" << H << " H_kv=" << H_kv << " N_q=" << N_q << " N_k=" << N_k
     << " d=" << d << " causal=" << (causal ? 1 : 0) << " scale=" << resolved_scale();
+  if (has_window()) s << " window=" << window_left << "," << window_right;
+  if (softcap > 0.f) s << " softcap=" << softcap;
   return s.str();
 }
 
@@ -46,6 +48,16 @@ void validate(const AttnProblem& p) {
     std::ostringstream s;
     s << p.scale;
     throw InputError("--scale", "a finite number > 0", s.str());
+  }
+  if (p.window_left < -1 || p.window_right < -1)
+    throw InputError("--window", "L,R with each side >= 0, or -1 for unbounded",
+                     std::to_string(p.window_left) + "," + std::to_string(p.window_right));
+  // softcap 0 means "none" inside AttnProblem (as scale 0 means 1/sqrt(d)); the CLI refuses a
+  // typed 0 (problem_from_flags).
+  if (!(std::isfinite(p.softcap) && p.softcap >= 0.f)) {
+    std::ostringstream s;
+    s << p.softcap;
+    throw InputError("--softcap", "a finite number > 0", s.str());
   }
 }
 

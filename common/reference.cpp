@@ -9,6 +9,24 @@
 namespace fa {
 namespace {
 
+// The mask, written out from the documented rule (problem.hpp's header, docs/math.md) and not
+// from problem.hpp's key_range(), so that a bug there cannot hide in both: query i sees key j iff
+//   causal:       j <= i + N_k - N_q
+//   window left:  j >= i + N_k - N_q - left    (left >= 0)
+//   window right: j <= i + N_k - N_q + right   (right >= 0)
+bool sees(const AttnProblem& p, int64_t i, int64_t j) {
+  const int64_t off = j - i - (p.N_k - p.N_q);  // how far key j lies right of row i's diagonal
+  if (p.causal && off > 0) return false;
+  if (p.window_left >= 0 && off < -p.window_left) return false;
+  if (p.window_right >= 0 && off > p.window_right) return false;
+  return true;
+}
+
+// The softcap on one scaled score, in double: c tanh(s / c) (Gemma 2); s without a cap.
+double cap(const AttnProblem& p, double s) {
+  return p.softcap > 0.f ? double(p.softcap) * std::tanh(s / double(p.softcap)) : s;
+}
+
 // One (b, h) pair at a time, with plain index arithmetic written out here on purpose (no helper
 // shared with the stages), so a bug in problem.hpp cannot hide in both.
 // store_P(x) is applied to each normalised weight P_ij before it multiplies V (identity for the
@@ -32,12 +50,12 @@ void forward_impl(const AttnProblem& p, const In* Q, const In* K, const In* V, d
         const In* q = Q + ((b * H + h) * Nq + i) * d;
         double mx = -std::numeric_limits<double>::infinity();
         for (int64_t j = 0; j < Nk; ++j) {
-          seen[j] = !p.causal || (j - i <= Nk - Nq);  // bottom-right aligned causal
+          seen[j] = sees(p, i, j);  // causal (bottom-right aligned) and the window
           if (!seen[j]) continue;
           const In* k = K + ((b * Hkv + hk) * Nk + j) * d;
           double acc = 0;
           for (int64_t c = 0; c < d; ++c) acc += double(q[c]) * double(k[c]);
-          s[j] = scale * acc;
+          s[j] = cap(p, scale * acc);
           mx = std::max(mx, s[j]);
         }
         double* o = O + ((b * H + h) * Nr + r) * d;
@@ -113,7 +131,7 @@ void reference_backward(const AttnProblem& p, const TensorD& Q, const TensorD& K
   dQ = TensorD({B, H, Nq, d});
   dK = TensorD({B, Hkv, Nk, d});
   dV = TensorD({B, Hkv, Nk, d});
-  std::vector<double> P(static_cast<size_t>(Nk)), dP(static_cast<size_t>(Nk));
+  std::vector<double> P(static_cast<size_t>(Nk)), dP(static_cast<size_t>(Nk)), slope(static_cast<size_t>(Nk));
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h) {
       const int64_t hk = h / group;
@@ -129,20 +147,24 @@ void reference_backward(const AttnProblem& p, const TensorD& Q, const TensorD& K
         for (int64_t j = 0; j < Nk; ++j) {
           P[j] = 0;
           dP[j] = 0;
-          if (p.causal && j - i > Nk - Nq) continue;
+          slope[j] = 0;
+          if (!sees(p, i, j)) continue;
           const int64_t kj = ((b * Hkv + hk) * Nk + j) * d;
           double s = 0, dp = 0;
           for (int64_t c = 0; c < d; ++c) {
             s += Q[qi + c] * K[kj + c];
             dp += dO[qi + c] * V[kj + c];
           }
-          P[j] = std::exp(scale * s - lse);
+          // Softcap: S = c tanh(x / c) with x = scale q.k; dS/dx = 1 - tanh^2(x / c).
+          const double Sc = cap(p, scale * s);
+          slope[j] = p.softcap > 0.f ? 1.0 - std::pow(std::tanh(scale * s / double(p.softcap)), 2) : 1.0;
+          P[j] = std::exp(Sc - lse);
           dP[j] = dp;
         }
         for (int64_t j = 0; j < Nk; ++j) {
           if (P[j] == 0) continue;
           const int64_t kj = ((b * Hkv + hk) * Nk + j) * d;
-          double dS = P[j] * (dP[j] - D);
+          double dS = P[j] * (dP[j] - D) * slope[j];  // through the softcap to x = scale q.k
           double Pj = P[j];
           if (stored.P_in_dtype) Pj = round_to(stored.dtype, Pj), dS = round_to(stored.dtype, dS);
           for (int64_t c = 0; c < d; ++c) {

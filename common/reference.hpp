@@ -1,7 +1,8 @@
 // The float64 reference: attention written as plainly as possible, in double precision, from the
 // definitions alone. Every stage is judged against it. It shares no code with the stages: it
-// builds the causal mask from the documented rule itself (query i sees key j iff
-// j <= i + N_k - N_q) and maps query head h to kv head h / (H / H_kv) itself.
+// builds the causal mask and the sliding window from the documented rule itself (query i sees key
+// j iff j <= i + N_k - N_q, and i + N_k - N_q - left <= j <= i + N_k - N_q + right), applies the
+// softcap c tanh(S / c) itself, and maps query head h to kv head h / (H / H_kv) itself.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -12,7 +13,7 @@
 
 namespace fa {
 
-// Forward: S = scale * Q K^T (masked entries excluded), P = softmax(S) row-wise, O = P V,
+// Forward: S = scale * Q K^T (softcapped if p.softcap > 0; masked entries excluded), P = softmax(S) row-wise, O = P V,
 // LSE = log(sum_j exp(S_ij)) (natural log). Rows that see no key: O = 0, LSE = -inf.
 // Shapes: Q [B,H,N_q,d], K/V [B,H_kv,N_k,d] (float32 inputs, widened to double);
 // O [B,H,N_q,d] and LSE [B,H,N_q] are resized by the call.
@@ -41,7 +42,8 @@ void reference_forward_stored(const AttnProblem& p, const Tensor& Q, const Tenso
 
 // Backward of O = softmax(scale Q K^T) V for the upstream gradient dO (shape of O), in float64:
 // dV = P^T dO, dP = dO V^T, D_i = sum_c dO_ic O_ic, dS = P * (dP - D), dQ = scale dS K,
-// dK = scale dS^T Q (Dao et al. 2022, Appendix B.2, eqs. for the standard backward).
+// dK = scale dS^T Q (Dao et al. 2022, Appendix B.2, eqs. for the standard backward); with a
+// softcap, dS is multiplied by 1 - tanh^2(scale q.k / c) first (docs/math.md, section 8).
 // GQA: dK and dV of a kv head sum the contributions of every query head that reads it.
 // dQ [B,H,N_q,d], dK/dV [B,H_kv,N_k,d] are resized by the call.
 // lse_in_float32: P is recomputed as exp(S - LSE) from LSE rounded to float32, as a backward that

@@ -183,6 +183,56 @@ TEST_CASE("problem: GQA head mapping and bottom-right causal rule") {
   CHECK_THROWS_AS([] { fa::AttnProblem q; q.H = 8; q.H_kv = 3; fa::validate(q); }(), fa::InputError);
 }
 
+// Issue 34's window: key_range() against the rule written out (i + N_k - N_q - L <= j <= i +
+// N_k - N_q + R, -1 unbounded, causal R = 0), over every row and key of small ragged problems.
+TEST_CASE("problem: the sliding window's key range is the documented rule, one contiguous range per row") {
+  for (int64_t Nq : {1, 5, 9})
+    for (int64_t Nk : {1, 4, 9})
+      for (bool causal : {false, true})
+        for (int64_t L : {-1, 0, 1, 3, 100})
+          for (int64_t R : {-1, 0, 2, 100}) {
+            fa::AttnProblem p = fa::make_problem(1, 1, 1, Nq, Nk, 4, causal);
+            p.window_left = L, p.window_right = R;
+            fa::validate(p);
+            for (int64_t i = 0; i < Nq; ++i) {
+              const int64_t diag = i + Nk - Nq;
+              int64_t n = 0;
+              for (int64_t j = 0; j < Nk; ++j) {
+                const bool want = (L < 0 || j >= diag - L) && (R < 0 || j <= diag + R) && (!causal || j <= diag);
+                INFO("N_q " << Nq << " N_k " << Nk << " causal " << causal << " window " << L << "," << R << " i " << i << " j " << j);
+                CHECK(p.visible(i, j) == want);
+                CHECK((p.key_begin(i) <= j && j < p.key_end(i)) == want);
+                n += want;
+              }
+              CHECK(p.keys_seen(i) == n);
+              if (i > 0) CHECK(p.key_begin(i) >= p.key_begin(i - 1));  // both ends rise with i
+              if (i > 0) CHECK(p.key_end(i) >= p.key_end(i - 1));
+            }
+          }
+  // A side wider than the problem bounds nothing and cannot overflow.
+  fa::AttnProblem w = fa::make_problem(1, 1, 1, 3, 5, 4, false);
+  w.window_left = w.window_right = INT64_MAX;
+  CHECK(w.key_begin(0) == 0);
+  CHECK(w.key_end(0) == 5);
+  // validate(): a side below -1, a negative or non-finite softcap, each named by its flag.
+  w.window_left = -2;
+  CHECK_THROWS_WITH_AS(fa::validate(w), doctest::Contains("--window"), fa::InputError);
+  w.window_left = -1;
+  for (float c : {-1.f, std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
+    w.softcap = c;
+    CHECK_THROWS_WITH_AS(fa::validate(w), doctest::Contains("--softcap"), fa::InputError);
+  }
+  // The softcap and its slope: c tanh(s / c), 1 - tanh^2, 0 for a masked (-inf) score.
+  w.softcap = 2.f;
+  CHECK(w.capped(100.0) == doctest::Approx(2.0));
+  CHECK(w.capped(1.0) == doctest::Approx(2.0 * std::tanh(0.5)));
+  CHECK(w.capped_slope(w.capped(1.0)) == doctest::Approx(1.0 - std::tanh(0.5) * std::tanh(0.5)));
+  CHECK(w.capped_slope(-std::numeric_limits<double>::infinity()) == 0.0);
+  w.softcap = 0.f;
+  CHECK(w.capped(100.0) == 100.0);
+  CHECK(w.capped_slope(-std::numeric_limits<double>::infinity()) == 1.0);
+}
+
 TEST_CASE("rng: the same seed gives the same normals; mean ~0 and variance ~1") {
   fa::Rng a(42), b(42);
   double s = 0, s2 = 0;

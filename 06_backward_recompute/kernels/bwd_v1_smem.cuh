@@ -195,7 +195,7 @@ dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict_
     Li[r] = lse == -INFINITY ? INFINITY : lse;
     Di[r] = D[p.lse_offset(b, h, r0 + r)];
   }
-  const int64_t keys_needed = p.keys_seen(r0 + br - 1);  // causal: key blocks past it are skipped
+  const int64_t keys_needed = p.key_end(r0 + br - 1);  // causal: key blocks past it are skipped
 
   for (int64_t c0 = 0; c0 < keys_needed; c0 += Bc) {
     const int bn = int(min(int64_t(Bc), keys_needed - c0));
