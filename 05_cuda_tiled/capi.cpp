@@ -132,7 +132,7 @@ const char* fa05_runs(const char* kernel, int64_t d, int dtype) {
   g_error.clear();
   fa::AttnProblem p;
   fa::DType t;
-  // A prefill-shaped problem: "auto" runs v14 where N_q <= 16 (decode), another kernel here.
+  // A prefill-shaped problem (auto's choice may come to depend on N_q: decode, v14).
   if (make_problem(kernel, 1, 1, 1, 1024, 1024, d, dtype, 0, 0.f, p, t) != FA05_OK) return nullptr;
   const char* runs = nullptr;
   guarded([&] {

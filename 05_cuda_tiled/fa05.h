@@ -56,7 +56,7 @@ FA05_API int fa05_workspace_bytes(const char* kernel, int64_t B, int64_t H, int6
 /* The name of the kernel that really runs when `kernel` is asked for head dim d in `dtype`:
  * `kernel` itself, or "v1" where a tensor-core version does not cover d or dtype (v5 for a wgmma
  * version off sm_90, v13 for v12 past d = 128); for "auto", its choice for a prefill-shaped
- * problem (N_q = N_k = 1024: at N_q <= 16, decode, auto runs v14). NULL (and
+ * problem (N_q = N_k = 1024). NULL (and
  * fa05_last_error()) for an unknown kernel or a bad d or dtype. */
 FA05_API const char* fa05_runs(const char* kernel, int64_t d, int dtype);
 

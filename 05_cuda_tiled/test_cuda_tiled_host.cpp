@@ -669,9 +669,8 @@ TEST_CASE("05 plan: v14 packs a kv head's query heads into 16-row tiles and spli
       CHECK(pl.d_kernel >= d);
       CHECK(pl.smem_bytes <= cfg.smem_optin);
       CHECK(pl.padded_copies == (d % 8 != 0));
-      // auto takes v14 for decode (N_q <= 16), and the prefill kernel above it
-      CHECK(fa05::plan("auto", fa::make_problem(2, 8, 2, 16, 5000, d, true), fa::DType::bf16, cfg).runs == "v14");
-      CHECK(fa05::plan("auto", fa::make_problem(2, 8, 2, 17, 5000, d, true), fa::DType::bf16, cfg).runs == (sm == 90 ? "v13" : "v5"));
+      // auto does not take v14 yet (not run on a GPU): the prefill kernel, decode shape or not
+      CHECK(fa05::plan("auto", fa::make_problem(2, 8, 2, 1, 5000, d, true), fa::DType::bf16, cfg).runs == (sm == 90 ? "v13" : "v5"));
     }
   CHECK(fa05::plan("v14", fa::make_problem(1, 1, 1, 1, 100, 64, false), fa::DType::fp32, h200).runs == "v1");
 }

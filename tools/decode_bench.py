@@ -23,7 +23,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from compare_torch import open_gpu, sdpa, time_ms  # noqa: E402
 
-SHAPES = [(1, 32, 32, 131072), (1, 32, 8, 131072), (1, 32, 1, 131072), (16, 32, 8, 8192)]
+SHAPES = [(1, 32, 32, 131072), (1, 32, 8, 131072), (1, 32, 1, 131072), (16, 32, 8, 8192),
+          (8, 32, 8, 32768), (64, 32, 32, 4096)]  # the last two: issue 33's table
 
 
 def main():
@@ -46,7 +47,7 @@ def main():
         v = torch.randn(B, Hkv, Nk, d, device=dev, generator=g).to(torch.bfloat16)
         kv_bytes = 2 * k.numel() * k.element_size()
         impls = {f"fa05 {kern}": (lambda kern=kern: fa.forward(kern, q, k, v, False, scale))
-                 for kern in ("v5", "v7") if fa.runs(kern, d, torch.bfloat16) == kern}
+                 for kern in ("v5", "v13", "v14", "auto") if kern == "auto" or fa.runs(kern, d, torch.bfloat16) == kern}
         for be in ("flash", "cudnn", "efficient"):
             impls[f"sdpa {be}"] = lambda be=be: sdpa(be, q, k, v, False, scale)
         ref = sdpa("math", q.float(), k.float().repeat_interleave(H // Hkv, 1),
