@@ -1,0 +1,47 @@
+// A KV cache for decode (issue 33): every sequence of the batch its own number of cached keys, and
+// optionally a paged layout, the cache cut into fixed-size pages that a block table maps to each
+// sequence (as vLLM's PagedAttention and FlashInfer store it: Kwon et al. 2023, Section 4.1).
+//
+// Semantics (design.md, "Semantics every stage shares"):
+//   - lens[b] (0 <= lens[b] <= N_k) is sequence b's key count: its query rows see keys 0 .. lens[b]-1
+//     only, and the bottom-right causal diagonal is aligned to lens[b] (query i sees key j iff
+//     j <= i + lens[b] - N_q), as FlashAttention's flash_attn_with_kvcache(cache_seqlens=...).
+//     A row that sees no key (lens[b] = 0, or causal with lens[b] < N_q) gives O = 0, LSE = -inf.
+//     No lens: every sequence has N_k keys (the plain problem).
+//   - Paged (page_size P > 0): K and V are [num_pages, H_kv, P, d] (each page a small [H_kv, P, d]
+//     cache in the course's head-major layout; vLLM and FlashAttention store pages token-major,
+//     [num_pages, P, H_kv, d], a permute away). table[b, n] is the page that holds keys
+//     n P .. n P + P - 1 of sequence b; N_k is the capacity pages_per_seq * P. Pages may be shared
+//     between sequences (a common prompt prefix). Table entries past a sequence's last key are
+//     never read and may hold anything.
+//   - Contiguous (page_size 0): K and V are [B, H_kv, N_k, d] as everywhere in the course.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "problem.hpp"
+
+namespace fa {
+
+struct KvCacheHost {
+  std::vector<int32_t> lens;   // [B]; empty: every sequence N_k keys
+  std::vector<int32_t> table;  // [B, pages_per_seq], row-major; empty: contiguous
+  int64_t page_size = 0;       // P: 16 ... 256 when paged, else 0
+  int64_t pages_per_seq = 0;   // the table's row length
+  int64_t num_pages = 0;       // pages in K and V
+  bool has_lens() const { return !lens.empty(); }
+  bool paged() const { return page_size > 0; }
+  // Keys of sequence b.
+  int64_t len(const AttnProblem& p, int64_t b) const { return has_lens() ? lens[b] : p.N_k; }
+};
+
+// Throws InputError naming the flag (--cache-lens, --block-table, --page-size) for: lens not B
+// entries, a length < 0 or > N_k; a page size outside 16 ... 256; a table not
+// [B, pages_per_seq] or N_k != pages_per_seq * P; an entry a sequence reads (n P < lens[b]) outside
+// 0 ... num_pages - 1.
+void validate_kv_cache(const AttnProblem& p, const KvCacheHost& c);
+
+// Element offset of key j (0 <= j < len(b)) of kv head g of sequence b in K or V.
+int64_t cache_offset(const AttnProblem& p, const KvCacheHost& c, int64_t b, int64_t g, int64_t j);
+
+}  // namespace fa
