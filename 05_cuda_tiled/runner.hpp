@@ -36,6 +36,22 @@ struct Config {
   int64_t splits = 0;  // v14: the key ranges per (batch, kv head) (0: plan() chooses from the SMs)
 };
 
+// A KV cache for decode (issue 33; common/kv_cache.hpp gives the semantics): device pointers, read
+// by v14 only. The problem's N_k is the cache's capacity per sequence. forward() does not read the
+// arrays on the host (that would cost a synchronisation per decode step): validate them with
+// fa::validate_kv_cache() where they are made. The kernel still clamps a length to 0 ... N_k and
+// reads zeros for a page outside 0 ... num_pages - 1, so a bad table cannot read past the cache.
+struct KvCache {
+  const int32_t* lens = nullptr;         // [B]: sequence b has keys 0 .. lens[b] - 1; nullptr: N_k each
+  const int32_t* block_table = nullptr;  // [B, pages_per_seq]: the page of keys n P .. n P + P - 1 of
+                                         // sequence b; nullptr: K, V contiguous [B, H_kv, N_k, d]
+  int64_t page_size = 0;                 // P, 16 ... 256, when block_table is set
+  int64_t pages_per_seq = 0;             // the table's row length: N_k = pages_per_seq P
+  int64_t num_pages = 0;                 // K and V are [num_pages, H_kv, P, d]
+  bool has_lens() const { return lens != nullptr; }
+  bool paged() const { return block_table != nullptr; }
+  bool any() const { return has_lens() || paged(); }
+};
 // A block shape, rows: Br query rows (16 per warp), Bc keys per K/V block.
 struct BlockShape {
   int64_t Br, Bc;
@@ -123,6 +139,12 @@ inline constexpr int64_t kMaxSmemSm90 = 227 * 1024;
 // shape, or the largest compiled one that fits the GPU's shared memory (an A100's 163 KiB holds
 // no 128 x 128 block at d = 128).
 Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const Config& cfg = {});
+// The same for a call with a KV cache (only its sizes and which pointers are set are read): v14 and
+// auto take one (auto then runs v14); every other kernel is Unsupported ("--cache-lens" or
+// "--block-table"), as is a paged cache whose d is not a multiple of 8 (padding would copy the cache)
+// or whose sizes disagree with N_k (pages_per_seq P != N_k).
+Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const Config& cfg,
+          const KvCache& cache);
 
 // Throws fa::InputError unless Q, K, V, O are aligned to the dtype's element size and LSE to 4
 // bytes, and Unsupported unless they are 16-byte aligned where pl runs a tensor-core version
@@ -138,5 +160,10 @@ void check_alignment(const Plan& pl, fa::DType dtype, const void* Q, const void*
 void forward(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const void* Q,
              const void* K, const void* V, void* O, float* LSE, const Config& cfg,
              cudaStream_t stream);
+// Decode on a KV cache (above): K, V are the cache ([B, H_kv, N_k, d], or [num_pages, H_kv, P, d]
+// when paged), Q, O [B, H, N_q, d], LSE [B, H, N_q]. Throws as plan() with the cache.
+void forward(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const void* Q,
+             const void* K, const void* V, void* O, float* LSE, const KvCache& cache,
+             const Config& cfg, cudaStream_t stream);
 
 }  // namespace fa05
