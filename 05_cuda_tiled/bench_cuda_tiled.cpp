@@ -9,6 +9,9 @@
 //   BM_v1_sram/...           v1 at several shared-memory budgets M (the block-size sweep)
 //   BM_shape/...             v5, v6, v7 (bf16) at each compiled block shape Br x Bc (the sweeps
 //                            behind their default shapes)
+//   BM_decode_cache/...      v14 on a KV cache (N_q = 1, bf16, d = 128): no cache, per-sequence
+//                            lengths, paged at several page sizes (what the block table costs);
+//                            counter GB/s of K and V read
 // Counters: TFLOP/s (forward 4*B*H*N_q*N_k*d, halved for causal, FlashAttention's convention),
 //   pct_peak (of the datasheet's dense peak: fp32 66.9, bf16 989.4 TFLOP/s for the H100/H200 SXM),
 //   gpu_extra_bytes (the kernel's workspace, measured by the counted device buffers). The share
@@ -128,6 +131,50 @@ void BM_shape(benchmark::State& state) {
                paper_problem(state.range(3), state.range(4), state.range(5) != 0), cfg);
 }
 
+// v14 on a KV cache. Args: B, H, H_kv, N_k, page size P (0: contiguous), mode (0: no cache, 1:
+// lengths all N_k, 2: lengths all N_k, paged with the pages of each sequence scattered by a
+// seeded permutation). Same bytes read in every mode: the differences are the cache's cost.
+void BM_decode_cache(benchmark::State& state) {
+  const int64_t B = state.range(0), H = state.range(1), Hkv = state.range(2), N_k = state.range(3), P = state.range(4);
+  const int64_t mode = state.range(5);
+  const fa::DType t = fa::DType::bf16;
+  const fa::AttnProblem p = fa::make_problem(B, H, Hkv, 1, N_k, 128, false);
+  const void* Q = random_tensor(p.q_elems(), t, 21);
+  const void* K = random_tensor(p.kv_elems(), t, 22);
+  const void* V = random_tensor(p.kv_elems(), t, 23);
+  fa::DeviceBuffer<uint8_t> O(2 * p.q_elems(), fa::Mem::Io);
+  fa::DeviceBuffer<float> LSE(p.lse_elems(), fa::Mem::Io);
+  const int64_t pages_per_seq = P > 0 ? N_k / P : 0, num_pages = B * pages_per_seq;
+  std::vector<int32_t> lens(static_cast<size_t>(B), static_cast<int32_t>(N_k));
+  std::vector<int32_t> table(static_cast<size_t>(num_pages));
+  for (int64_t i = 0; i < num_pages; ++i) table[size_t(i)] = int32_t(i);
+  uint64_t x = 12345;  // a seeded shuffle (xorshift): the pages of a sequence land anywhere
+  for (int64_t i = num_pages - 1; i > 0; --i) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    std::swap(table[size_t(i)], table[size_t(x % uint64_t(i + 1))]);
+  }
+  fa::DeviceBuffer<int32_t> lens_d(B, fa::Mem::Io), table_d(num_pages, fa::Mem::Io);
+  FA_CUDA_CHECK(cudaMemcpy(lens_d.get(), lens.data(), lens.size() * 4, cudaMemcpyHostToDevice));
+  if (num_pages > 0) FA_CUDA_CHECK(cudaMemcpy(table_d.get(), table.data(), table.size() * 4, cudaMemcpyHostToDevice));
+  fa05::KvCache cache;
+  if (mode >= 1) cache.lens = lens_d.get();
+  if (mode == 2) cache = {lens_d.get(), table_d.get(), P, pages_per_seq, num_pages};
+  auto launch = [&](int) { fa05::forward("v14", p, t, Q, K, V, O.get(), LSE.get(), cache, {}, nullptr); };
+  fa::bench::time_launches(state, 1, p.forward_flops(), t, launch);
+  state.counters["GB/s"] = benchmark::Counter(double(2 * p.kv_elems() * 2) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(mode == 0 ? "no cache" : mode == 1 ? "lengths" : "paged P=" + std::to_string(P));
+}
+
+void decode_grid(benchmark::internal::Benchmark* b) {
+  const int64_t shapes[][4] = {{8, 32, 8, 32768}, {1, 32, 8, 131072}, {64, 32, 32, 4096}};
+  for (auto& sh : shapes) {
+    b->Args({sh[0], sh[1], sh[2], sh[3], 0, 0});
+    b->Args({sh[0], sh[1], sh[2], sh[3], 0, 1});
+    for (int64_t P : {16, 64, 256}) b->Args({sh[0], sh[1], sh[2], sh[3], P, 2});
+  }
+  b->ArgNames({"B", "H", "H_kv", "N_k", "P", "mode"});
+}
+
 void attn_grid(benchmark::internal::Benchmark* b) {
   for (int64_t k = 0; k < int64_t(fa05::kernels().size()); ++k)
     for (int64_t t : {int64_t(fa::DType::fp32), int64_t(fa::DType::bf16)})
@@ -167,6 +214,7 @@ BENCHMARK(BM_gemm)->Arg(int64_t(fa::DType::fp32))->Arg(int64_t(fa::DType::bf16))
     ->UseManualTime()->MinTime(0.2)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_attn)->Apply(attn_grid)->UseManualTime()->MinTime(0.1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_v1_sram)->Apply(sram_grid)->UseManualTime()->MinTime(0.1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_decode_cache)->Apply(decode_grid)->UseManualTime()->MinTime(0.1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_shape)->Apply(shape_grid)->UseManualTime()->MinTime(0.1)->Unit(benchmark::kMillisecond);
 
 int main(int argc, char** argv) { return fa::bench::gpu_benchmark_main(argc, argv, "bench_05_cuda_tiled"); }

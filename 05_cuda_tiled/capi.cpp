@@ -118,6 +118,40 @@ int fa05_forward(const char* kernel, const void* Q, const void* K, const void* V
   });
 }
 
+int fa05_forward_kvcache(const char* kernel, const void* Q, const void* K, const void* V, void* O,
+                         float* LSE, int64_t B, int64_t H, int64_t H_kv, int64_t N_q, int64_t N_k,
+                         int64_t d, int dtype, int causal, float scale, const int32_t* cache_lens,
+                         const int32_t* block_table, int64_t page_size, int64_t pages_per_seq,
+                         int64_t num_pages, void* stream) {
+  g_error.clear();
+  fa::AttnProblem p;
+  fa::DType t;
+  if (int s = make_problem(kernel, B, H, H_kv, N_q, N_k, d, dtype, causal, scale, p, t)) return s;
+  if (!Q || !K || !V || !O || !LSE)
+    return fail(FA05_INVALID_ARGUMENT, "Q, K, V, O, LSE: expected device pointers, found NULL");
+  const fa05::KvCache cache{cache_lens, block_table, block_table ? page_size : 0, pages_per_seq, num_pages};
+  fa05::Plan pl;
+  if (int s = guarded([&] {
+        pl = fa05::plan(kernel, p, t, fa05::Config{}, cache);
+        fa05::check_alignment(pl, t, Q, K, V, O, LSE);
+      }))
+    return s;
+  if (int s = check_gpu()) return s;
+  if (int s = check_device_pointers({Q, K, V, O, LSE})) return s;
+  for (const void* ptr : {static_cast<const void*>(cache_lens), static_cast<const void*>(block_table)})
+    if (ptr) {
+      cudaPointerAttributes a{};
+      if (cudaPointerGetAttributes(&a, ptr) != cudaSuccess || (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged)) {
+        cudaGetLastError();
+        return fail(FA05_INVALID_ARGUMENT, std::string(ptr == cache_lens ? "cache_lens" : "block_table") +
+                                               ": expected a device pointer, found host or unknown memory");
+      }
+    }
+  return guarded([&] {
+    fa05::forward(kernel, p, t, Q, K, V, O, LSE, cache, fa05::Config{}, static_cast<cudaStream_t>(stream));
+  });
+}
+
 int fa05_workspace_bytes(const char* kernel, int64_t B, int64_t H, int64_t H_kv, int64_t N_q,
                          int64_t N_k, int64_t d, int dtype, int causal, int64_t* bytes) {
   g_error.clear();

@@ -46,6 +46,24 @@ FA05_API int fa05_forward(const char* kernel, const void* Q, const void* K, cons
                  int64_t B, int64_t H, int64_t H_kv, int64_t N_q, int64_t N_k, int64_t d, int dtype,
                  int causal, float scale, void* stream);
 
+/* Decode on a KV cache (issue 33; common/kv_cache.hpp gives the semantics), kernel "v14" or
+ * "auto" (which runs v14 here), fp16 or bf16. As fa05_forward, with N_k the cache's capacity per
+ * sequence, and:
+ *   cache_lens  : device pointer, [B] int32, keys of sequence b (0 ... N_k; the causal diagonal is
+ *                 aligned to it); NULL: N_k each
+ *   block_table : device pointer, [B, pages_per_seq] int32, the page that holds keys n P ... n P + P - 1
+ *                 of sequence b; NULL: K, V contiguous [B, H_kv, N_k, d]. With a table K and V are
+ *                 [num_pages, H_kv, page_size, d] and N_k must equal pages_per_seq * page_size
+ *                 (page_size 16 ... 256; d a multiple of 8).
+ * The arrays are not read on the host (no synchronisation): lengths outside 0 ... N_k are clamped
+ * and a page outside 0 ... num_pages - 1 reads as zeros; validate them where they are made.
+ * Returns an fa05_status. */
+FA05_API int fa05_forward_kvcache(const char* kernel, const void* Q, const void* K, const void* V, void* O,
+                         float* LSE, int64_t B, int64_t H, int64_t H_kv, int64_t N_q, int64_t N_k,
+                         int64_t d, int dtype, int causal, float scale, const int32_t* cache_lens,
+                         const int32_t* block_table, int64_t page_size, int64_t pages_per_seq,
+                         int64_t num_pages, void* stream);
+
 /* Bytes of GPU workspace fa05_forward allocates for this problem (0 for the FlashAttention
  * kernels but v10 ... v13, whose tile counter takes 4; O(N^2) for "cublas"; plus zero-padded copies
  * of Q, K, V, O where d needs them), written to *bytes.

@@ -455,7 +455,8 @@ void split_kv_plan(const fa::AttnProblem& p, const Config& cfg, Plan& pl) {
 
 // v14: the split-KV pass, then (splits > 1) the merge of the partial states, on the stream.
 void v14_forward(const fa::AttnProblem& p, fa::DType dtype, const void* Q, const void* K, const void* V,
-                 void* O, float* LSE, const Plan& pl, cudaStream_t stream) {
+                 void* O, float* LSE, const Plan& pl, cudaStream_t stream, const KvCache& cache) {
+  const v14::Cache c{cache.lens, cache.block_table, int(cache.page_size), cache.pages_per_seq, cache.num_pages};
   const int64_t rows_all = p.B * p.H * p.N_q;
   fa::DeviceBuffer<float> part(pl.splits > 1 ? pl.splits * rows_all * (p.d + 1) : 0, fa::Mem::Extra, stream);
   float* O_part = part.get();
@@ -466,7 +467,7 @@ void v14_forward(const fa::AttnProblem& p, fa::DType dtype, const void* Q, const
     set_smem(kernel_fn, pl.smem_bytes);
     kernel_fn<<<unsigned(pl.blocks), unsigned(pl.threads), size_t(pl.smem_bytes), stream>>>(
         static_cast<const T*>(Q), static_cast<const T*>(K), static_cast<const T*>(V), static_cast<T*>(O), LSE,
-        O_part, LSE_part, p, p.resolved_scale(), int(pl.splits), pl.keys_per_split, pl.row_tiles);
+        O_part, LSE_part, p, p.resolved_scale(), int(pl.splits), pl.keys_per_split, pl.row_tiles, c);
     FA_CUDA_CHECK(cudaGetLastError());
     if (pl.splits > 1) {
       v14::combine_kernel<T><<<unsigned(ceil_div(rows_all, v14::kWarps)), v14::kThreads, 0, stream>>>(
@@ -483,9 +484,9 @@ void v14_forward(const fa::AttnProblem& p, fa::DType dtype, const void* Q, const
 }
 
 void tc_forward(const fa::AttnProblem& p, fa::DType dtype, const void* Q, const void* K, const void* V,
-                void* O, float* LSE, const Plan& pl, cudaStream_t stream) {
+                void* O, float* LSE, const Plan& pl, cudaStream_t stream, const KvCache& cache = {}) {
   if (pl.runs == "v14") {
-    v14_forward(p, dtype, Q, K, V, O, LSE, pl, stream);
+    v14_forward(p, dtype, Q, K, V, O, LSE, pl, stream, cache);
     return;
   }
   const auto go = [&](auto make) { tc_launch(p, dtype, Q, K, V, O, LSE, pl, stream, make); };
@@ -600,6 +601,11 @@ AutoChoice auto_kernel(const fa::AttnProblem& p, fa::DType dtype, const Config& 
 }
 
 Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const Config& cfg) {
+  return plan(kernel, p, dtype, cfg, KvCache{});
+}
+
+Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const Config& cfg,
+          const KvCache& cache) {
   fa::validate(p);
   // Issue 34: the CPU stages take a window and a softcap; the kernels refuse them, not ignore them.
   if (p.has_window())
@@ -610,7 +616,9 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
   std::string name = kernel;  // the kernel asked for, once "auto" is resolved
   Plan pl;
   if (kernel == "auto") {
-    const AutoChoice choice = auto_kernel(p, dtype, cfg);
+    const AutoChoice choice = cache.any() && dtype != fa::DType::fp32
+                                  ? AutoChoice{"v14", "a KV cache: v14 is the kernel that reads one"}
+                                  : auto_kernel(p, dtype, cfg);
     name = choice.kernel;
     pl.note = "auto: " + choice.kernel + " (" + choice.why + ")";
   }
@@ -689,6 +697,25 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
   }
   if (cfg.splits > 0 && pl.runs != "v14")
     throw Unsupported("--splits", "only with v14 (split-KV)", "kernel " + asked + ", which runs " + pl.runs + " here");
+  if (cache.any()) {  // a KV cache (issue 33): v14 reads it; nothing else may ignore it
+    const std::string flag = cache.paged() ? "--block-table" : "--cache-lens";
+    if (pl.runs != "v14")
+      throw Unsupported(flag, "kernel v14 or auto with fp16/bf16 (v14 alone reads a KV cache)",
+                        "kernel " + asked + ", which runs " + pl.runs + " here");
+    if (cache.paged()) {
+      if (cache.page_size < 16 || cache.page_size > 256)
+        throw fa::InputError("--page-size", "16 ... 256 keys a page", std::to_string(cache.page_size));
+      if (cache.pages_per_seq <= 0 || cache.pages_per_seq * cache.page_size != p.N_k || cache.num_pages <= 0)
+        throw fa::InputError("--block-table", "pages_per_seq x page size = N_k (" + std::to_string(p.N_k) +
+                                                  ") and at least one page",
+                             std::to_string(cache.pages_per_seq) + " x " + std::to_string(cache.page_size) + ", " +
+                                 std::to_string(cache.num_pages) + " pages");
+      check_int(p.N_k, "--seq-k", "N_k with a paged cache");
+      if (pl.d_buffers != p.d)  // padding would copy the whole cache at every step
+        throw Unsupported("--head-dim", "a multiple of 8 with a paged cache (v14 reads rows of 16-byte multiples)",
+                          std::to_string(p.d));
+    }
+  }
   if (cfg.persistent_blocks > 0 && !info.persistent)  // v8, v10 ... v13 that falls back ignores it
     throw Unsupported("--persistent-blocks", "only with v8, v10, v11, v12 or v13", "kernel " + asked);
   if (pl.runs != "v1" && (cfg.sram_bytes > 0 || ((cfg.Br > 0 || cfg.Bc > 0) && !runs_shaped)))
@@ -814,9 +841,15 @@ void check_alignment(const Plan& pl, fa::DType dtype, const void* Q, const void*
 void forward(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const void* Q,
              const void* K, const void* V, void* O, float* LSE, const Config& cfg,
              cudaStream_t stream) {
+  forward(kernel, p, dtype, Q, K, V, O, LSE, KvCache{}, cfg, stream);
+}
+
+void forward(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const void* Q,
+             const void* K, const void* V, void* O, float* LSE, const KvCache& cache,
+             const Config& cfg, cudaStream_t stream) {
   Config here = cfg;  // planned for this device, whatever cfg says
   here.sm = 0, here.smem_optin = 0;
-  const Plan pl = plan(kernel, p, dtype, here);
+  const Plan pl = plan(kernel, p, dtype, here, cache);
   check_alignment(pl, dtype, Q, K, V, O, LSE);
   if (pl.padded_copies) {
     // Head-dim padding (common/cuda/pad_columns.hpp): the kernel runs on zero-padded copies, with
@@ -832,12 +865,12 @@ void forward(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtyp
     fa::AttnProblem padded = p;
     padded.d = D;
     padded.scale = p.resolved_scale();
-    tc_forward(padded, dtype, Qp, Kp, Vp, Op, LSE, pl, stream);
+    tc_forward(padded, dtype, Qp, Kp, Vp, Op, LSE, pl, stream, cache);  // (never paged: plan())
     fa::unpad_columns(Op, O, q_rows, D, p.d, e, stream);
     return;
   }
   if (pl.runs != "v1" && pl.runs != "cublas") {
-    tc_forward(p, dtype, Q, K, V, O, LSE, pl, stream);
+    tc_forward(p, dtype, Q, K, V, O, LSE, pl, stream, cache);
     return;
   }
   if (pl.runs == "cublas") {

@@ -26,6 +26,7 @@
 #include "fa05.h"
 #include "gpu.hpp"
 #include "reference.hpp"
+#include "rng.hpp"
 #include "stage_05.hpp"
 
 namespace {
@@ -155,6 +156,101 @@ TEST_CASE("05 v14 decode: split-KV at every split count, GQA packing, causal N_q
         }
   // The plan splits a small batch's keys (else the test above would not see the merge).
   CHECK(fa05::plan("v14", fa::make_problem(1, 8, 2, 1, 4097, 64, false), fa::DType::bf16).splits > 1);
+}
+
+// A KV cache (issue 33; runner.hpp, KvCache): the case's B sequences, each of N_k keys, are laid
+// into a cache of capacity C > N_k keys a sequence, with a decoy sequence after each (lengths 0
+// and 1, alternately), so one launch holds ragged lengths. Paged (P > 0): the pages of every
+// sequence are scattered by a seeded permutation, and each length-1 decoy's first page is a real
+// sequence's first page (a page shared between sequences). Every key slot no sequence may read
+// (past a length, unused pages) holds 30000 (finite in fp16: the adapter refuses NaN inputs), so
+// a key past a length that is not masked swamps its row. The real rows come
+// back to the battery's rule (float64, derived tolerance); the decoys are checked exactly: length
+// 0 gives O = 0 and LSE = -inf, length 1 gives O = that key's V row (P = 1 exactly).
+fa::ForwardFn cache_forward(const std::string& kernel, fa::DType t, int64_t P) {
+  return [=](const fa::AttnProblem& p, const float* Q, const float* K, const float* V, float* O, float* LSE) {
+    const int64_t Bc = 2 * p.B, unit = P > 0 ? P : 1;
+    fa::AttnProblem pc = p;  // the cache's problem: real sequence b at 2b, its decoy at 2b + 1
+    pc.B = Bc;
+    pc.N_k = (p.N_k + 37 + unit - 1) / unit * unit;  // capacity, past the real length
+    const int64_t C = pc.N_k, d = p.d, Hkv = p.H_kv, pages_per_seq = P > 0 ? C / P : 0;
+    const int64_t num_pages = P > 0 ? Bc * pages_per_seq : 0;
+    std::vector<int32_t> lens(Bc), table(P > 0 ? Bc * pages_per_seq : 0, -1);
+    std::vector<float> Qc(pc.q_elems()), Kc(pc.kv_elems(), 30000.f), Vc(pc.kv_elems(), 30000.f);
+    fa::Rng rng(uint64_t(P) * 1000003 + uint64_t(p.N_k));
+    std::vector<int32_t> perm(num_pages);
+    for (int64_t i = 0; i < num_pages; ++i) perm[i] = int32_t(i);
+    for (int64_t i = num_pages - 1; i > 0; --i) std::swap(perm[i], perm[int64_t(rng.uniform() * double(i + 1)) % (i + 1)]);
+    for (int64_t b = 0; b < p.B; ++b) {
+      lens[2 * b] = int32_t(p.N_k), lens[2 * b + 1] = int32_t(b % 2 == 0 ? 1 : 0);
+      for (int64_t n = 0; n < pages_per_seq; ++n) table[2 * b * pages_per_seq + n] = perm[b * pages_per_seq + n];
+      if (P > 0) table[(2 * b + 1) * pages_per_seq] = table[2 * b * pages_per_seq];  // shared page
+    }
+    // Offset of key j of kv head g of cache sequence cb.
+    const auto at = [&](int64_t cb, int64_t g, int64_t j) {
+      return P > 0 ? ((int64_t(table[cb * pages_per_seq + j / P]) * Hkv + g) * P + j % P) * d : ((cb * Hkv + g) * C + j) * d;
+    };
+    for (int64_t b = 0; b < p.B; ++b) {
+      for (int64_t g = 0; g < Hkv; ++g)
+        for (int64_t j = 0; j < p.N_k; ++j)
+          for (int64_t c = 0; c < d; ++c) {
+            Kc[at(2 * b, g, j) + c] = K[((b * Hkv + g) * p.N_k + j) * d + c];
+            Vc[at(2 * b, g, j) + c] = V[((b * Hkv + g) * p.N_k + j) * d + c];
+          }
+      if (P == 0)  // a contiguous decoy of length 1 has its own key 0
+        for (int64_t g = 0; g < Hkv; ++g)
+          for (int64_t c = 0; c < d; ++c) Kc[at(2 * b + 1, g, 0) + c] = float(rng.normal()), Vc[at(2 * b + 1, g, 0) + c] = float(rng.normal());
+      const int64_t rows = p.H * p.N_q * d;
+      std::copy(Q + b * rows, Q + (b + 1) * rows, Qc.begin() + 2 * b * rows);
+      for (int64_t e = 0; e < rows; ++e) Qc[(2 * b + 1) * rows + e] = float(rng.normal());
+    }
+    std::vector<float> Oc(pc.q_elems()), LSEc(pc.lse_elems());
+    fa::ForwardFn on_gpu = fa::gpu_forward(
+        [&](const fa::AttnProblem& q, fa::DType dt, const void* Qd, const void* Kd, const void* Vd, void* Od, float* LSEd,
+            cudaStream_t stream) {
+          fa::DeviceBuffer<int32_t> lens_d(Bc, fa::Mem::Io, stream), table_d(int64_t(table.size()), fa::Mem::Io, stream);
+          FA_CUDA_CHECK(cudaMemcpyAsync(lens_d.get(), lens.data(), lens.size() * 4, cudaMemcpyHostToDevice, stream));
+          if (!table.empty())
+            FA_CUDA_CHECK(cudaMemcpyAsync(table_d.get(), table.data(), table.size() * 4, cudaMemcpyHostToDevice, stream));
+          const fa05::KvCache cache{lens_d.get(), P > 0 ? table_d.get() : nullptr, P, pages_per_seq, num_pages};
+          fa05::forward(kernel, q, dt, Qd, Kd, Vd, Od, LSEd, cache, {}, stream);
+          FA_CUDA_CHECK(cudaStreamSynchronize(stream));  // lens_d, table_d are freed on return
+        },
+        t);
+    on_gpu(pc, Qc.data(), Kc.data(), Vc.data(), Oc.data(), LSEc.data());
+    const int64_t rows = p.H * p.N_q;
+    for (int64_t b = 0; b < p.B; ++b) {
+      std::copy(Oc.begin() + 2 * b * rows * d, Oc.begin() + (2 * b + 1) * rows * d, O + b * rows * d);
+      std::copy(LSEc.begin() + 2 * b * rows, LSEc.begin() + (2 * b + 1) * rows, LSE + b * rows);
+      const int64_t cb = 2 * b + 1;  // the decoy
+      for (int64_t h = 0; h < p.H; ++h)
+        for (int64_t i = 0; i < p.N_q; ++i) {
+          const int64_t r = (cb * p.H + h) * p.N_q + i;
+          // The decoy's diagonal is aligned to its own length: with causal, only the rows
+          // i >= N_q - 1 see its one key.
+          const bool sees = lens[cb] > 0 && (!p.causal || i + lens[cb] - p.N_q >= 0);
+          INFO("decoy of length " << lens[cb] << ", row " << i << " of head " << h);
+          if (sees) CHECK(std::isfinite(LSEc[r]));
+          else CHECK(LSEc[r] == -INFINITY);
+          for (int64_t c = 0; c < d; ++c)
+            CHECK(Oc[r * d + c] == (sees ? fa::round_to(t, Vc[at(cb, p.kv_head(h), 0) + c]) : 0.f));
+        }
+    }
+  };
+}
+
+TEST_CASE("05 v14 KV cache: per-sequence lengths, paged (P = 16 ... 256), shared pages, decoys of length 0 and 1") {
+  const int64_t shapes[][4] = {{2, 8, 2, 1}, {3, 8, 8, 1}, {1, 16, 2, 4}, {2, 8, 1, 16}, {2, 4, 4, 3}};
+  for (auto& sh : shapes)
+    for (int64_t N_k : {1, 63, 65, 1000, 4097})
+      for (bool causal : {false, true})
+        for (int64_t P : {0, 16, 64, 100, 256}) {
+          const int64_t d = P == 100 ? 64 : 128;
+          const fa::Case c{"v14 cache", fa::make_problem(sh[0], sh[1], sh[2], sh[3], N_k, d, causal), fa::Fill::HighDims};
+          const fa::DType t = P % 32 ? fa::DType::fp16 : fa::DType::bf16;
+          INFO("page size " << P << " (0: contiguous), N_k " << N_k << ", causal " << causal);
+          fa::check_forward_case(cache_forward(P == 64 ? "auto" : "v14", t, P), c, false, storage("v14", t));
+        }
 }
 
 TEST_CASE("05 v5 at every width (mma.sync: 64, 128, 192, 256, and padded d)") { check_widths("v5", {24, 100, 160, 192, 256}); }

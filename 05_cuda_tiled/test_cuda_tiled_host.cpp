@@ -762,7 +762,7 @@ TEST_CASE("05 C ABI: libfa05.so exports fa05_* and nothing else") {
     }
   }
   CHECK(pclose(nm) == 0);
-  CHECK(fa05 == 8);  // the eight functions of fa05.h
+  CHECK(fa05 == 9);  // the nine functions of fa05.h
   CHECK(other == 0);
 }
 
@@ -869,4 +869,22 @@ TEST_CASE("05 plan: a window or a softcap is refused on the GPU (CPU stages only
     c.softcap = 30.f;
     CHECK_THROWS_WITH_AS(fa05::plan(k, c, fa::DType::bf16), doctest::Contains("--softcap"), fa05::Unsupported);
   }
+}
+
+// A KV cache (issue 33): what plan() refuses (the GPU test runs what it takes).
+TEST_CASE("05 KV cache: only v14 and auto take one; a paged cache needs d % 8 == 0 and pages that make N_k") {
+  const fa::AttnProblem p = fa::make_problem(2, 8, 2, 1, 256, 128, false);
+  int32_t dummy = 0;
+  const fa05::KvCache lens{&dummy, nullptr, 0, 0, 0}, paged{&dummy, &dummy, 64, 4, 8};
+  CHECK(fa05::plan("auto", p, fa::DType::bf16, {}, lens).runs == "v14");
+  CHECK_THROWS_WITH_AS(fa05::plan("v13", p, fa::DType::bf16, {}, lens), doctest::Contains("--cache-lens"), fa05::Unsupported);
+  CHECK_THROWS_WITH_AS(fa05::plan("v14", p, fa::DType::fp32, {}, paged), doctest::Contains("--block-table"), fa05::Unsupported);
+  fa05::KvCache bad = paged;
+  bad.pages_per_seq = 3;
+  CHECK_THROWS_WITH_AS(fa05::plan("v14", p, fa::DType::bf16, {}, bad), doctest::Contains("--block-table"), fa::InputError);
+  bad = paged, bad.page_size = 8, bad.pages_per_seq = 32;
+  CHECK_THROWS_WITH_AS(fa05::plan("v14", p, fa::DType::bf16, {}, bad), doctest::Contains("--page-size"), fa::InputError);
+  CHECK_THROWS_WITH_AS(fa05::plan("v14", fa::make_problem(2, 8, 2, 1, 256, 60, false), fa::DType::bf16, {}, paged),
+                       doctest::Contains("--head-dim"), fa05::Unsupported);
+  CHECK(fa05::plan("v14", fa::make_problem(2, 8, 2, 1, 256, 60, false), fa::DType::bf16, {}, lens).runs == "v14");
 }

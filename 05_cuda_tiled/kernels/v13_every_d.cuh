@@ -83,7 +83,10 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
   // S's A operand: Q_i's fragments in registers (v12's form) where they fit beside O, up to Dq =
   // 128; wider, the tensor cores read Q_i from shared memory. (Measured: SS at Dq = 128 ran 0.79x
   // of v12's registers at N = 16384, lab notebook v13.)
-  constexpr bool kQInRegisters = Dq <= 128;
+#ifndef FA_V13_Q_REGS_MAX  // an experiment's knob (lab notebook, v13 at 192): the widest Dq with Q in registers
+#define FA_V13_Q_REGS_MAX 128
+#endif
+  constexpr bool kQInRegisters = Dq <= FA_V13_Q_REGS_MAX;
   constexpr int kQRegs = kQInRegisters ? Dq / 16 : 1;  // fragments of 16 dims (1: unused)
   constexpr int kConsumers = 32 * kWarps;
   static_assert(kWarps == 8 && (Bc == 64 || Bc == 128), "two consumer warpgroups, one wgmma width for S");

@@ -23,6 +23,11 @@
 // Compiled for D = 32, 64, 96, 128, 192, 256 (v13's widths); any d that is a multiple of 8 reads
 // rows d wide and fills the columns up to D with zeros (cp.async's zero fill); others run on
 // padded copies (runner.cu). Rows past the tile's packed rows and keys past the split are masked.
+//
+// A KV cache (runner.hpp, KvCache; common/kv_cache.hpp): each sequence b its own key count lens[b],
+// to which the causal diagonal is aligned, and K/V either contiguous or in pages that a block table
+// maps (vLLM's PagedAttention layout, Kwon et al. 2023). Paging changes only where a key row is
+// read from: the copy asks key_row(j) for each row, a table lookup; the arithmetic is the same.
 #pragma once
 #include <cstdint>
 
@@ -43,15 +48,24 @@ template <int D>
 constexpr int kPitch = D + 8;  // 16 bytes of padding per row: ldmatrix's 8 rows hit 8 bank groups (v2)
 __host__ __device__ constexpr int smem_bytes(int D) { return (kRows + stages(D) * 2 * Bc) * (D + 8) * 2; }
 
-// Copies rows x D elements of a row-major (pitch d) tensor into a (kR, D + 8) shared tile, 16
-// bytes per cp.async: rows past `rows` and columns past d are filled with zeros and never read.
-template <int D, int kR, class T>
-__device__ __forceinline__ void copy_tile_async(T* dst, const T* src, int rows, int d) {
+// The KV cache as the kernel reads it (runner.hpp, KvCache): device arrays, nullptr when absent.
+struct Cache {
+  const int32_t* lens;   // [B] keys per sequence; nullptr: N_k each
+  const int32_t* table;  // [B, pages_per_seq] page of keys n P ... n P + P - 1; nullptr: contiguous
+  int P;                 // page size (keys)
+  int64_t pages_per_seq, num_pages;
+};
+
+// Copies rows x D elements into a (kR, D + 8) shared tile, 16 bytes per cp.async; row(r) gives the
+// address of row r (d elements; nullptr: not there). Rows past `rows`, rows without an address and
+// columns past d are filled with zeros (src-size 0 reads nothing) and never read as data.
+template <int D, int kR, class T, class Row>
+__device__ __forceinline__ void copy_tile_async(T* dst, const Row& row, int rows, int d, const T* any) {
   constexpr int kVecs = D / 8;
   for (int e = threadIdx.x; e < kR * kVecs; e += kThreads) {
     const int r = e / kVecs, c = e % kVecs * 8;
-    const bool ok = r < rows && c < d;
-    ptx::cp_async_16(dst + r * kPitch<D> + c, src + (ok ? int64_t(r) * d + c : 0), ok);
+    const T* src = r < rows && c < d ? row(r) : nullptr;
+    ptx::cp_async_16(dst + r * kPitch<D> + c, src ? src + c : any, src != nullptr);
   }
 }
 
@@ -62,7 +76,7 @@ __global__ void __launch_bounds__(kThreads)
 forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                T* __restrict__ O, float* __restrict__ LSE, float* __restrict__ O_part,
                float* __restrict__ LSE_part, const fa::AttnProblem p, const float scale, const int splits,
-               const int64_t keys_per_split, const int64_t row_tiles) {
+               const int64_t keys_per_split, const int64_t row_tiles, const Cache cache) {
   extern __shared__ __align__(16) unsigned char sram[];
   constexpr int P = kPitch<D>, kStages = stages(D);
   T* Qt = reinterpret_cast<T*>(sram);  // (kRows, P)
@@ -82,23 +96,36 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
   const int64_t r0 = rt * kRows;  // first packed row
   const int rows = int(min(int64_t(kRows), R - r0));
   const int64_t row0 = (b * p.H + g * G) * p.N_q + r0;  // its (b, h, i) index: Q, O rows, LSE entries
-  const T* Kg = K + bg * p.N_k * p.d;
-  const T* Vg = V + bg * p.N_k * p.d;
+  // The problem as sequence b sees it: N_k is its own key count (the causal diagonal follows it).
+  fa::AttnProblem pb = p;
+  if (cache.lens) pb.N_k = min(max(int64_t(cache.lens[b]), int64_t(0)), p.N_k);
+  // Key row j of this (b, kv head) in X (K or V): contiguous, or through the block table (a page
+  // outside the cache reads as zeros: nullptr).
+  const auto key_row = [&](const T* X, int64_t j) -> const T* {
+    if (!cache.table) return X + (bg * p.N_k + j) * p.d;
+    const int jj = int(j);  // paged: N_k < 2^31 (plan()), so 32-bit division
+    const int32_t page = cache.table[b * cache.pages_per_seq + jj / cache.P];
+    if (page < 0 || page >= cache.num_pages) return nullptr;
+    return X + ((int64_t(page) * p.H_kv + g) * cache.P + jj % cache.P) * p.d;
+  };
+  // The K/V tile of keys kj ... kj + bn - 1 into ring buffer `buf`.
+  const auto copy_kv = [&](int buf, int64_t kj, int bn) {
+    copy_tile_async<D, Bc>(Ks + buf * Bc * P, [&](int r) { return key_row(K, kj + r); }, bn, int(p.d), K);
+    copy_tile_async<D, Bc>(Vs + buf * Bc * P, [&](int r) { return key_row(V, kj + r); }, bn, int(p.d), V);
+  };
 
   // This split's keys [k0, k1), cut at the last key any of the tile's rows sees (causal).
   int64_t seen_max = 0;
-  for (int r = 0; r < rows; ++r) seen_max = max(seen_max, p.keys_seen((r0 + r) % p.N_q));
-  const int64_t k0 = s * keys_per_split, k1 = min(min(p.N_k, k0 + keys_per_split), seen_max);
+  for (int r = 0; r < rows; ++r) seen_max = max(seen_max, pb.keys_seen((r0 + r) % p.N_q));
+  const int64_t k0 = s * keys_per_split, k1 = min(min(pb.N_k, k0 + keys_per_split), seen_max);
   const int tiles = k1 > k0 ? int((k1 - k0 + Bc - 1) / Bc) : 0;
 
   // Q's tile and the first kStages - 1 K/V tiles, each its own cp.async group.
-  copy_tile_async<D, kRows>(Qt, Q + row0 * p.d, rows, int(p.d));
+  copy_tile_async<D, kRows>(Qt, [&](int r) { return Q + (row0 + r) * p.d; }, rows, int(p.d), Q);
   for (int j = 0; j < kStages - 1; ++j) {
     if (j < tiles) {
       const int64_t kj = k0 + int64_t(j) * Bc;
-      const int bn = int(min(int64_t(Bc), k1 - kj));
-      copy_tile_async<D, Bc>(Ks + j * Bc * P, Kg + kj * p.d, bn, int(p.d));
-      copy_tile_async<D, Bc>(Vs + j * Bc * P, Vg + kj * p.d, bn, int(p.d));
+      copy_kv(j, kj, int(min(int64_t(Bc), k1 - kj)));
     }
     ptx::cp_async_commit();
   }
@@ -117,7 +144,7 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
   int64_t lim[2];
   for (int r = 0; r < 2; ++r) {
     const int64_t pr = r0 + g4 + 8 * r;
-    lim[r] = pr < R ? min(k1, p.keys_seen(pr % p.N_q)) - k0 : 0;
+    lim[r] = pr < R ? min(k1, pb.keys_seen(pr % p.N_q)) - k0 : 0;
   }
 
   for (int j = 0; j < tiles; ++j) {
@@ -131,9 +158,7 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
       const int jn = j + kStages - 1;
       if (jn < tiles) {
         const int64_t kj = k0 + int64_t(jn) * Bc;
-        const int bn = int(min(int64_t(Bc), k1 - kj));
-        copy_tile_async<D, Bc>(Ks + jn % kStages * Bc * P, Kg + kj * p.d, bn, int(p.d));
-        copy_tile_async<D, Bc>(Vs + jn % kStages * Bc * P, Vg + kj * p.d, bn, int(p.d));
+        copy_kv(jn % kStages, kj, int(min(int64_t(Bc), k1 - kj)));
       }
       ptx::cp_async_commit();  // empty near the end: the wait above stays uniform
     }

@@ -9,9 +9,10 @@ What runs (kernel="auto"):
     CUDA fp16 / bf16      stage 05's fastest kernel for the head dim (v12 at d = 128, v9 at d = 64,
                           v1 elsewhere), stage 06's fastest backward (fa06_runs("auto"))
     CUDA float32          stage 05's v1 and stage 06's gpu_v1
+    o = fa_course.decode(q, k_cache, v_cache, cache_lens=lens, block_table=table)  # a KV cache (v14)
 The op is fa_course::attention_fwd (returns O and LSE) with its backward fa_course::attention_bwd,
 both torch.library custom ops, so autograd, torch.compile and torch.library.opcheck see them.
 """
-from ._op import attention, kernels_for, library_paths
+from ._op import attention, decode, kernels_for, library_paths
 
-__all__ = ["attention", "kernels_for", "library_paths"]
+__all__ = ["attention", "decode", "kernels_for", "library_paths"]

@@ -22,6 +22,8 @@ _SIGS = {
     },
     "fa05": {
         "fa05_forward": ([ctypes.c_char_p] + [vp] * 5 + [i64] * 6 + [c_int, c_int, c_float, vp], c_int),
+        "fa05_forward_kvcache": ([ctypes.c_char_p] + [vp] * 5 + [i64] * 6 + [c_int, c_int, c_float, vp, vp]
+                                 + [i64] * 3 + [vp], c_int),
         "fa05_runs": ([ctypes.c_char_p, i64, c_int], ctypes.c_char_p),
         "fa05_kernel_count": ([], c_int),
         "fa05_kernel_name": ([c_int], ctypes.c_char_p),

@@ -1,5 +1,8 @@
 """The op: fa_course::attention_fwd and fa_course::attention_bwd (torch.library custom ops), the
-autograd formula that joins them, and the public attention()."""
+autograd formula that joins them, and the public attention(); fa_course::decode_fwd and decode(),
+attention on a KV cache (stage 05's v14)."""
+from typing import Optional
+
 import torch
 
 from . import _lib
@@ -231,4 +234,103 @@ def attention(q, k, v, *, causal=False, scale=None, kernel="auto", return_lse=Fa
     """
     _check(q, k, v, causal, scale, kernel)
     o, lse = attention_fwd(q, k, v, causal, 0.0 if scale is None else float(scale), kernel)
+    return (o, lse) if return_lse else o
+
+
+# ---- decode on a KV cache (issue 33; common/kv_cache.hpp gives the semantics) ----------------
+
+def _check_cache(q, k_cache, v_cache, cache_lens, block_table, validate):
+    """The cache's checks; returns (N_k, page_size, pages_per_seq, num_pages)."""
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 4:
+            raise ValueError(f"{name}: expected a 4-dimensional torch.Tensor, found "
+                             f"{tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}")
+    if q.device.type != "cuda" or q.dtype not in (torch.float16, torch.bfloat16):
+        raise TypeError(f"q: expected a CUDA fp16 or bf16 tensor (stage 05's v14), found {q.dtype} on {q.device}")
+    if not (q.device == k_cache.device == v_cache.device) or not (q.dtype == k_cache.dtype == v_cache.dtype):
+        raise ValueError("q, k_cache, v_cache: expected one device and one dtype")
+    if k_cache.shape != v_cache.shape:
+        raise ValueError(f"k_cache/v_cache: expected one shape, found {tuple(k_cache.shape)} and {tuple(v_cache.shape)}")
+    if k_cache.shape[3] != q.shape[3]:
+        raise ValueError(f"--head-dim: expected k_cache's head dim {k_cache.shape[3]} to equal q's, found {q.shape[3]}")
+    B = q.shape[0]
+    for name, t, n in (("cache_lens", cache_lens, 1), ("block_table", block_table, 2)):
+        if t is None:
+            continue
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.int32 or t.device != q.device or t.dim() != n \
+                or t.shape[0] != B:
+            raise ValueError(f"{name}: expected an int32 tensor on {q.device} of {n} dimension(s), first {B} (the "
+                             f"batch), found {t.dtype if isinstance(t, torch.Tensor) else type(t).__name__} "
+                             f"{tuple(t.shape) if isinstance(t, torch.Tensor) else ''}")
+    if block_table is None:
+        if k_cache.shape[0] != B:
+            raise ValueError(f"k_cache: expected [B, H_kv, N_k, d] with B = {B} (no block_table), found {tuple(k_cache.shape)}")
+        N_k, P, pages, num_pages = k_cache.shape[2], 0, 0, 0
+    else:
+        num_pages, _, P, _ = k_cache.shape  # [num_pages, H_kv, page_size, d]
+        pages = block_table.shape[1]
+        N_k = pages * P
+        if not 16 <= P <= 256:
+            raise ValueError(f"k_cache: expected pages of 16 ... 256 keys ([num_pages, H_kv, page_size, d]), found {P}")
+        if validate and block_table.numel() and (block_table.min() < 0 or block_table.max() >= num_pages):
+            # (entries past a sequence's last key are never read, but are held to the range too)
+            raise ValueError(f"block_table: expected pages 0 ... {num_pages - 1}, found "
+                             f"{int(block_table.min())} ... {int(block_table.max())}")
+    if validate and cache_lens is not None and cache_lens.numel() and (cache_lens.min() < 0 or cache_lens.max() > N_k):
+        raise ValueError(f"cache_lens: expected lengths 0 ... {N_k} (the cache's capacity), found "
+                         f"{int(cache_lens.min())} ... {int(cache_lens.max())}")
+    return N_k, P, pages, num_pages
+
+
+@torch.library.custom_op("fa_course::decode_fwd", mutates_args=())
+def decode_fwd(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_lens: Optional[torch.Tensor],
+               block_table: Optional[torch.Tensor], causal: bool, scale: float, kernel: str,
+               validate: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """O [B,H,N_q,d] and LSE [B,H,N_q] of q against a KV cache; scale 0 means 1/sqrt(d)."""
+    N_k, P, pages, num_pages = _check_cache(q, k_cache, v_cache, cache_lens, block_table, validate)
+    q, k_cache, v_cache = q.contiguous(), k_cache.contiguous(), v_cache.contiguous()
+    cache_lens = None if cache_lens is None else cache_lens.contiguous()
+    block_table = None if block_table is None else block_table.contiguous()
+    B, H, N_q, d = q.shape
+    H_kv = k_cache.shape[1]
+    o = torch.empty_like(q)
+    lse = torch.empty((B, H, N_q), dtype=torch.float32, device=q.device)
+    ptr = lambda t: None if t is None else t.data_ptr()  # noqa: E731
+    with torch.cuda.device(q.device):
+        s = _lib.lib("fa05").fa05_forward_kvcache(kernel.encode(), q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
+                                                  o.data_ptr(), lse.data_ptr(), B, H, H_kv, N_q, N_k, d,
+                                                  _DTYPE_CODE[q.dtype], int(causal), scale, ptr(cache_lens),
+                                                  ptr(block_table), P, pages, num_pages, _stream(q))
+    _lib.check("fa05", s)
+    return o, lse
+
+
+@decode_fwd.register_fake
+def _(q, k_cache, v_cache, cache_lens, block_table, causal, scale, kernel, validate):
+    B, H, N_q, _ = q.shape
+    return torch.empty_like(q, memory_format=torch.contiguous_format), q.new_empty((B, H, N_q), dtype=torch.float32)
+
+
+def decode(q, k_cache, v_cache, *, cache_lens=None, block_table=None, causal=False, scale=None, kernel="auto",
+           return_lse=False, validate=True):
+    """Attention of a few new query rows against a KV cache (stage 05's v14: split-KV, GQA packing).
+
+    q: [B, H, N_q, d] fp16/bf16 on the GPU (N_q: 1, or a few for speculative decoding).
+    k_cache, v_cache: [B, H_kv, N_k, d] (N_k the capacity per sequence), or with block_table
+        [num_pages, H_kv, page_size, d] (page_size 16 ... 256). NB the course's pages are head-major;
+        vLLM's and FlashAttention's are [num_pages, page_size, H_kv, d]: pass k.transpose(1, 2).
+    cache_lens: int32 [B] on the GPU, sequence b's keys (0 ... N_k); None: N_k each. The causal
+        diagonal is aligned to it (query i sees key j iff j <= i + cache_lens[b] - N_q).
+    block_table: int32 [B, pages_per_seq] on the GPU; row b lists sequence b's pages in order.
+    validate: check the lengths and the table's entries (one GPU-to-host copy, a synchronisation);
+        False skips it (the kernel then clamps lengths and reads zeros for a page out of range).
+    Returns O [B, H, N_q, d] (and LSE [B, H, N_q], float32). Not differentiable (a decode step).
+    Bad input raises ValueError or TypeError with a one-line message naming the argument.
+    """
+    if scale is not None and not _valid_scale(scale):
+        raise ValueError(f"scale: expected a normal float32 > 0 or None, found {scale!r}")
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal: expected True or False, found {causal!r}")
+    o, lse = decode_fwd(q, k_cache, v_cache, cache_lens, block_table, causal, 0.0 if scale is None else float(scale),
+                        kernel, validate)
     return (o, lse) if return_lse else o

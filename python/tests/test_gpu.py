@@ -95,6 +95,54 @@ class Gpu(unittest.TestCase):
                     torch.randn(1, 2, 50, 64, device="cuda", dtype=dt, requires_grad=True), True, 0.0, "auto"]
             torch.library.opcheck(torch.ops.fa_course.attention_fwd.default, args)
 
+    def test_decode(self):
+        """fa_course.decode on a KV cache: ragged lengths (0, 1, ...), paged with scattered and shared
+        pages, GQA, causal N_q > 1; each sequence against SDPA on its own keys, by the rule above."""
+        g = torch.Generator(device="cuda").manual_seed(1)
+        for dtype in (torch.bfloat16, torch.float16):
+            for (B, H, H_kv, N_q, d, causal, P) in ((4, 8, 2, 1, 128, False, 0), (4, 8, 2, 1, 128, False, 16),
+                                                   (3, 8, 8, 3, 64, True, 64), (5, 16, 2, 2, 96, False, 256)):
+                with self.subTest(dtype=dtype, B=B, H_kv=H_kv, N_q=N_q, d=d, causal=causal, page=P):
+                    cap = 512
+                    lens = torch.tensor([0, 1, 300, cap, 77][:B], dtype=torch.int32, device="cuda")
+                    k = torch.randn(B, H_kv, cap, d, device="cuda", generator=g).to(dtype)
+                    v = torch.randn(B, H_kv, cap, d, device="cuda", generator=g).to(dtype)
+                    q = torch.randn(B, H, N_q, d, device="cuda", generator=g).to(dtype)
+                    table = None
+                    kc, vc = k, v
+                    if P:  # scatter the pages; the last sequence's first page is the first one's too
+                        n = cap // P
+                        perm = torch.randperm(B * n, generator=torch.Generator().manual_seed(P)).to("cuda")
+                        table = perm.view(B, n).to(torch.int32).contiguous()
+                        table[B - 1, 0] = table[0, 0]
+                        kc = torch.zeros(B * n, H_kv, P, d, device="cuda", dtype=dtype)
+                        vc = torch.zeros_like(kc)
+                        for b in range(B):
+                            kc[table[b].long()] = k[b].view(H_kv, n, P, d).transpose(0, 1)
+                            vc[table[b].long()] = v[b].view(H_kv, n, P, d).transpose(0, 1)
+                        k[B - 1, :, :P], v[B - 1, :, :P] = k[0, :, :P], v[0, :, :P]  # what the shared page holds
+                        kc[table[0, 0].long()] = k[0, :, :P]
+                        vc[table[0, 0].long()] = v[0, :, :P]
+                    o = fa_course.decode(q, kc, vc, cache_lens=lens, block_table=table, causal=causal)
+                    for b in range(B):
+                        L = int(lens[b])
+                        if L == 0:
+                            self.assertTrue(torch.equal(o[b], torch.zeros_like(o[b])), f"length 0: O = 0")
+                            continue
+                        kb, vb = k[b:b + 1, :, :L], v[b:b + 1, :, :L]
+                        ref = sdpa_reference(q[b:b + 1].double(), kb.double(), vb.double(), causal)[0]
+                        base = sdpa_reference(q[b:b + 1], kb, vb, causal)[0]
+                        store = 0.5 * torch.finfo(dtype).eps * float(ref.abs().max())
+                        err, bound = max_err(o[b:b + 1], ref), 2 * max_err(base, ref) + FLOOR[dtype] + store
+                        self.assertLessEqual(err, bound, f"sequence {b} (length {L}): {err:.3g} > {bound:.3g}")
+        q = torch.randn(2, 4, 1, 64, device="cuda", dtype=torch.bfloat16)
+        kc = torch.randn(2, 2, 64, 64, device="cuda", dtype=torch.bfloat16)
+        with self.assertRaisesRegex(ValueError, "cache_lens"):
+            fa_course.decode(q, kc, kc, cache_lens=torch.tensor([5, 65], dtype=torch.int32, device="cuda"))
+        with self.assertRaisesRegex(ValueError, "block_table"):
+            fa_course.decode(q, kc.view(8, 2, 16, 64), kc.view(8, 2, 16, 64),
+                             block_table=torch.tensor([[0, 1, 2, 3], [4, 5, 6, 8]], dtype=torch.int32, device="cuda"))
+
     def test_kernels_reported(self):
         print("\nkernels (fwd, bwd):", {(str(dt), d): fa_course.kernels_for("cuda", dt, d)
                                         for dt in (torch.bfloat16, torch.float32) for d in (32, 64, 80, 96, 128, 256)})
