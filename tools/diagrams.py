@@ -8,11 +8,14 @@ drawn from the structure of the code it explains; the numbers in them are the co
   diagram_v3_double_buffer.png         stage 05: v2's copy-then-compute against v3's cp.async ring
   diagram_v12_producer_consumer.png    stage 05: v12's TMA producer, mbarrier rings, two consumers
   diagram_backward_loop.png            stage 06: the backward's K/V-outer loop and dQ's accumulation
+  diagram_decode_split_kv.png          stage 05 v14 (docs/decode.md): split-KV, GQA packing, the
+                                       combine kernel's merge, and a block table
 
 Timelines (v3, v12) use schematic durations: the order of the steps and every wait follow the
 kernels; the lengths do not come from a measurement.
 
-Usage: python3 tools/diagrams.py [--out docs/img]   (tools/plots.sh makes the venv and runs it)
+Usage: python3 tools/diagrams.py [--out docs/img] [--only diagram_NAME.png]
+       (tools/plots.sh makes the venv and runs it)
 The PNGs carry no timestamp or software tag, so the same matplotlib draws the same bytes.
 """
 import argparse
@@ -707,19 +710,145 @@ def backward_loop(out):
     save(fig, out, "diagram_backward_loop.png")
 
 
+# ---- 8. stage 05 v14: decode by split-KV, and the block table -------------------------------
+def decode_split_kv(out):
+    # Issue 33's shape and what split_kv_plan() (runner.cu) makes of it on 132 SMs at d = 128:
+    # G = H / H_kv query heads packed into one kRows = 16 tile, 64-key tiles, the smallest split
+    # count within 85 % of the best wave efficiency (2 blocks an SM: 264 slots).
+    B, H, Hkv, Nk = 8, 32, 8, 32768
+    G, kRows, Bc, kWarps, slots = H // Hkv, 16, 64, 4, 2 * 132
+    units, tiles = B * Hkv, Nk // Bc
+
+    def eff(k):
+        return units * k / (-(-units * k // slots) * slots)
+
+    max_s = max(1, min(128, tiles // 4))
+    best = max(eff(k) for k in range(1, max_s + 1))
+    S = 1
+    while S < max_s and eff(S) < 0.85 * best:
+        S += 1
+    kps = -(-tiles // S) * Bc  # keys per split
+    assert (S, kps) == (4, 8192)
+
+    fig, ax = canvas(6.4, (0, 18), (0, 12.8), "Decode by split-KV (v14): one (batch, kv head), its keys "
+                     "in splits, the splits merged")
+    ax.text(7.6, 11.6, f"B = {B}, H = {H}, H_kv = {Hkv}, N_k = {Nk}, N_q = 1:  {units} (b, kv head) units x "
+            f"{S} splits = {units * S} blocks on 132 SMs", ha="center", fontsize=9.5, color=MUTED)
+
+    # The key axis of one (b, g), cut into S splits of whole 64-key tiles.
+    x0, seg = 3.0, 2.65
+    ky = 9.95
+    for s in range(S):
+        x = x0 + s * seg
+        box(ax, x, ky, seg, 0.95, fc=tint(KV_C, 0.55 - 0.1 * (s % 2)), ec="white", lw=1.5)
+        for t in range(1, 8):  # schematic tile ticks (each split holds kps / Bc tiles)
+            ax.plot([x + t * seg / 8] * 2, [ky, ky + 0.12], color="white", lw=0.8)
+        ax.text(x + seg / 2, ky + 0.5, f"split {s}\nkeys {s * kps}-{(s + 1) * kps - 1}", ha="center",
+                va="center", fontsize=8.5, color=INK)
+    ax.text(x0 - 0.15, ky + 0.47, f"K, V of (b, g)\n{tiles} tiles of {Bc} keys", ha="right", va="center",
+            fontsize=9)
+
+    # The packed Q tile: G query heads (one row each at N_q = 1) of kRows rows; the rest masked.
+    qx, qy, rh = 0.5, 4.9, 0.25
+    for r in range(kRows):
+        used = r < G
+        box(ax, qx, qy + (kRows - 1 - r) * rh, 1.5, rh, fc=tint(Q_C, 0.35) if used else SKIP_C, ec="white", lw=0.6)
+        if used:
+            ax.text(qx + 0.75, qy + (kRows - 1 - r) * rh + rh / 2, f"head {G}g+{r}" if r else f"head {G}g",
+                    ha="center", va="center", fontsize=7, color="white")
+    ax.text(qx + 0.75, qy + kRows * rh + 0.2, f"Q tile, {kRows} rows", ha="center", fontsize=9,
+            fontweight="bold", color=Q_C)
+    ax.text(qx + 0.75, qy - 0.15, f"GQA packing:\nthe {G} query heads\nof kv head g, one\nrow each; "
+            f"{kRows - G}\nrows masked", ha="center", va="top", fontsize=8.5)
+    # The same Q tile goes to every split's block: a bus above the blocks.
+    bus_y = 9.35
+    ax.plot([qx + 1.5, qx + 1.5 + 0.3, qx + 1.5 + 0.3], [qy + 3.0, qy + 3.0, bus_y], color=Q_C, lw=1.2)
+    ax.plot([qx + 1.8, x0 + (S - 1) * seg + 0.45], [bus_y, bus_y], color=Q_C, lw=1.2)
+
+    # One block per split: 4 warps, each 16 keys of every 64-key tile, merged in shared memory.
+    by, bh = 5.8, 3.0
+    for s in range(S):
+        x = x0 + s * seg + 0.15
+        w = seg - 0.3
+        arrow(ax, x0 + s * seg + seg / 2 + 0.2, ky, x0 + s * seg + seg / 2 + 0.2, by + bh, color=KV_C)
+        arrow(ax, x + 0.3, bus_y, x + 0.3, by + bh, color=Q_C)
+        box(ax, x, by, w, bh, fc="white", ec=INK, lw=1.2)
+        ax.text(x + w / 2, by + bh - 0.3, f"block (b, g, s = {s})", ha="center", va="center", fontsize=8,
+                fontweight="bold")
+        for k in range(kWarps):
+            yy = by + bh - 0.85 - k * 0.42
+            box(ax, x + 0.15, yy, w - 0.3, 0.34, fc=tint(WARP_C[k], 0.55), ec="none",
+                text=f"warp {k}: keys {16 * k}-{16 * k + 15}", fs=8)
+        ax.text(x + w / 2, by + 0.45, f"(of each {Bc}-key tile);\nthe 4 states merged\nin shared memory", ha="center", va="center", fontsize=7.5,
+                color=MUTED)
+        # Its partial state.
+        box(ax, x + 0.1, 4.5, w - 0.2, 0.7, fc=tint(OK_C, 0.75), ec=OK_C, lw=1.0,
+            text=f"$O_{s}$, $LSE_{s}$ (fp32)", fs=9)
+        arrow(ax, x + w / 2, by, x + w / 2, 5.2)
+        arrow(ax, x + w / 2, 4.5, x0 + S * seg / 2 + (s - 1.5) * 1.2, 3.65)
+
+    # The combine kernel: stage 03's merge in log form.
+    cx0, cw = x0, S * seg
+    box(ax, cx0, 1.75, cw, 1.9, fc="#f7f7f7", ec=INK, lw=1.5)
+    ax.text(cx0 + cw / 2, 3.3, "combine_kernel(): stage 03's merge() in log form, a warp per query row",
+            ha="center", va="center", fontsize=9, fontweight="bold")
+    ax.text(cx0 + cw / 2, 2.7, r"$M = \max_s LSE_s,\quad LSE = M + \log \Sigma_s\, e^{LSE_s - M}$", ha="center",
+            va="center", fontsize=10.5)
+    ax.text(cx0 + cw / 2, 2.1, r"$O = \Sigma_s\, e^{LSE_s - LSE}\, O_s$" "   (exact: the splits are disjoint "
+            "and cover the keys)", ha="center", va="center", fontsize=10)
+    box(ax, cx0 + cw / 2 - 2.3, 0.45, 4.6, 0.75, fc=tint(Q_C, 0.75), ec=Q_C, lw=1.0,
+        text=f"O, LSE of the {G} query rows", fs=9.5)
+    arrow(ax, cx0 + cw / 2, 1.75, cx0 + cw / 2, 1.2)
+
+    # Inset: a block table maps a sequence's logical pages to scattered physical pages.
+    ix = 14.3
+    ax.plot([ix - 0.25, ix - 0.25], [0.4, 11.2], color=SKIP_C, lw=1.5)
+    ax.text(ix + 1.6, 10.85, "paged: the block table", ha="center", fontsize=10, fontweight="bold")
+    table = [5, 1, 8, 3, 10]  # a made-up table: sequence b's logical page n is physical page table[n]
+    shared = {3}  # a page another sequence's table also lists (a common prefix)
+    ph = 0.62
+    ax.text(ix + 0.5, 10.2, "table[b, n]", ha="center", fontsize=8.5)
+    ax.text(ix + 2.6, 10.2, "pages (K, V)", ha="center", fontsize=8.5)
+    for n, page in enumerate(table):
+        y = 9.3 - n * 1.0
+        box(ax, ix, y, 1.0, 0.7, fc="white", ec=INK, text=f"n={n}: {page}", fs=8.5)
+    for q in range(12):
+        y = 9.55 - q * ph
+        mine = q in table
+        fc = tint(KV_C, 0.35) if mine else SKIP_C
+        box(ax, ix + 2.0, y, 1.2, ph - 0.08, fc=fc, ec="white", text=f"page {q}" + (" *" if q in shared else ""),
+            fs=7.5, color=INK if mine else MUTED)
+    for n, page in enumerate(table):
+        arrow(ax, ix + 1.0, 9.3 - n * 1.0 + 0.35, ix + 2.0, 9.55 - page * ph + (ph - 0.08) / 2, color=KV_C, lw=1.0,
+              ms=9)
+    ax.text(ix + 1.6, 1.4, "key j of sequence b: row j % P\nof page table[b, j / P]\n(key_row(): one lookup a copy;\n"
+            "the arithmetic is unchanged)\n* also in another sequence's\ntable (a shared prefix)", ha="center",
+            va="center", fontsize=7.8)
+    save(fig, out, "diagram_decode_split_kv.png")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "img"))
+    ap.add_argument("--only", help="draw only this diagram (its file name, e.g. diagram_decode_split_kv.png)")
     args = ap.parse_args()
     out = os.path.normpath(args.out)
     os.makedirs(out, exist_ok=True)
-    online_softmax_merge(out)
-    block_grid_causal(out)
-    v1_vs_v2(out)
-    mma_fragment(out)
-    v3_double_buffer(out)
-    v12_producer_consumer(out)
-    backward_loop(out)
+    drawings = {
+        "diagram_online_softmax_merge.png": online_softmax_merge,
+        "diagram_block_grid_causal.png": block_grid_causal,
+        "diagram_v1_vs_v2_work_split.png": v1_vs_v2,
+        "diagram_mma_fragment.png": mma_fragment,
+        "diagram_v3_double_buffer.png": v3_double_buffer,
+        "diagram_v12_producer_consumer.png": v12_producer_consumer,
+        "diagram_backward_loop.png": backward_loop,
+        "diagram_decode_split_kv.png": decode_split_kv,
+    }
+    if args.only and args.only not in drawings:
+        ap.error(f"--only: expected one of {', '.join(drawings)}, found {args.only}")
+    for name, draw in drawings.items():
+        if not args.only or name == args.only:
+            draw(out)
 
 
 if __name__ == "__main__":
