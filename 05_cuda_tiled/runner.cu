@@ -429,9 +429,9 @@ void split_kv_plan(const fa::AttnProblem& p, const Config& cfg, Plan& pl) {
   const int sms = cfg.sm_count > 0 ? cfg.sm_count : std::max(fa::gpu_sm_count(), 0);
   const int64_t sm_count = sms > 0 ? sms : 132;
   // Blocks resident per SM: by shared memory (228 KiB an SM on Hopper, 1 KiB reserved per block)
-  // and by registers (64K an SM; ptxas, CUDA 13.0: 126-128 a thread up to D = 96, 168 at 128,
-  // 226 and 254 at 192 and 256).
-  const int64_t regs = D <= 96 ? 128 : D <= 128 ? 168 : 256;
+  // and by registers (64K an SM; ptxas, CUDA 13.0, contiguous and paged: 80-126 a thread up to
+  // D = 64, 140-162 at 96 and 128, 210-254 at 192 and 256; rounded up here).
+  const int64_t regs = D <= 64 ? 128 : D <= 128 ? 168 : 256;
   const int64_t per_sm = std::max<int64_t>(1, std::min(228 * 1024 / (pl.smem_bytes + 1024), 65536 / (v14::kThreads * regs)));
   const int64_t slots = sm_count * per_sm;
   int64_t s = cfg.splits;
@@ -463,7 +463,8 @@ void v14_forward(const fa::AttnProblem& p, fa::DType dtype, const void* Q, const
   float* LSE_part = O_part ? O_part + pl.splits * rows_all * p.d : nullptr;
   const auto launch = [&](auto tag, auto d_tag) {
     using T = decltype(tag);
-    auto* kernel_fn = v14::forward_kernel<T, decltype(d_tag)::value>;
+    constexpr int D = decltype(d_tag)::value;
+    auto* kernel_fn = cache.paged() ? v14::forward_kernel<T, D, true> : v14::forward_kernel<T, D, false>;
     set_smem(kernel_fn, pl.smem_bytes);
     kernel_fn<<<unsigned(pl.blocks), unsigned(pl.threads), size_t(pl.smem_bytes), stream>>>(
         static_cast<const T*>(Q), static_cast<const T*>(K), static_cast<const T*>(V), static_cast<T*>(O), LSE,
@@ -591,12 +592,18 @@ constexpr bool kHaveSm90a = false;  // v7 ... v13 are compiled only into sm_90a 
 
 AutoChoice auto_kernel(const fa::AttnProblem& p, fa::DType dtype, const Config& cfg) {
   if (dtype == fa::DType::fp32) return {"v1", "fp32 runs v1: every tensor-core version takes fp16/bf16"};
-  // Decode (N_q <= 16) is v14's shape, but auto does not take it yet: v14 has not run on a GPU
-  // (lab notebook, v14). Once its tests pass and its crossover is measured, the rule goes here.
-  (void)p;
   const int sm = cfg.sm > 0 ? cfg.sm : fa::gpu_compute_capability();
-  if (kHaveSm90a && (sm <= 0 || sm == 90))
+  if (kHaveSm90a && (sm <= 0 || sm == 90)) {
+    // Decode (lab notebook, "v14: the N_q crossover"; H200, bf16, d = 128): v14 beats v13 where
+    // the packed rows of a kv head, (H / H_kv) N_q, fit two 16-row tiles, or where v13's blocks
+    // (one per (batch, head) at N_q <= 128) are fewer than the SMs. Past both, v14's row tiles
+    // each stream the K/V tile again and v13 won (B = 8 and 16, H_kv = 8, N_q = 16: 0.62-0.65x).
+    const int sms = cfg.sm_count > 0 ? cfg.sm_count : fa::gpu_sm_count() > 0 ? fa::gpu_sm_count() : 132;
+    const int64_t packed = p.H / p.H_kv * p.N_q;
+    if (p.N_q <= 16 && (packed <= 32 || p.B * p.H < sms))
+      return {"v14", "decode: N_q <= 16 with " + std::to_string(packed) + " packed rows per kv head (split-KV, GQA packing)"};
     return {"v13", "Hopper: v13, v12's design at every native width"};
+  }
   return {"v5", "no wgmma here: v5, mma.sync at widths 64, 128, 192 and 256"};
 }
 

@@ -669,10 +669,31 @@ TEST_CASE("05 plan: v14 packs a kv head's query heads into 16-row tiles and spli
       CHECK(pl.d_kernel >= d);
       CHECK(pl.smem_bytes <= cfg.smem_optin);
       CHECK(pl.padded_copies == (d % 8 != 0));
-      // auto does not take v14 yet (not run on a GPU): the prefill kernel, decode shape or not
-      CHECK(fa05::plan("auto", fa::make_problem(2, 8, 2, 1, 5000, d, true), fa::DType::bf16, cfg).runs == (sm == 90 ? "v13" : "v5"));
+      // auto takes v14 for decode on Hopper (the crossover measured there), a prefill kernel else
+      CHECK(fa05::plan("auto", fa::make_problem(2, 8, 2, 1, 5000, d, true), fa::DType::bf16, cfg).runs == (sm == 90 ? "v14" : "v5"));
     }
   CHECK(fa05::plan("v14", fa::make_problem(1, 1, 1, 1, 100, 64, false), fa::DType::fp32, h200).runs == "v1");
+}
+
+// auto's decode rule (runner.cu, auto_kernel(); the crossover in the lab notebook): v14 while the
+// packed rows of a kv head fit two 16-row tiles, or v13's B H blocks do not fill the SMs.
+TEST_CASE("05 auto: v14 for decode where it won on the H200, v13 past the crossover") {
+  fa05::Config h200;
+  h200.sm = 90, h200.sm_count = 132;
+  const auto runs = [&](int64_t B, int64_t H, int64_t H_kv, int64_t N_q) {
+    return fa05::plan("auto", fa::make_problem(B, H, H_kv, N_q, 8192, 128, false), fa::DType::bf16, h200).runs;
+  };
+  CHECK(runs(8, 32, 8, 1) == "v14");    // 4 packed rows
+  CHECK(runs(16, 32, 8, 8) == "v14");   // 32 packed rows: v14 1.24x v13
+  CHECK(runs(16, 32, 8, 16) == "v13");  // 64 packed rows, 512 v13 blocks: v13 won
+  CHECK(runs(1, 32, 8, 16) == "v14");   // 64 packed rows, but 32 v13 blocks on 132 SMs
+  CHECK(runs(1, 32, 1, 16) == "v14");   // MQA: 512 packed rows, 32 v13 blocks
+  CHECK(runs(64, 32, 32, 16) == "v14"); // MHA: 16 packed rows
+  CHECK(runs(4, 32, 8, 17) == "v13");   // past decode's N_q
+  CHECK(runs(1, 8, 8, 1024) == "v13");  // prefill
+  h200.sm_count = 16;                   // fewer SMs: v13's 32 blocks fill them
+  CHECK(runs(1, 32, 8, 16) == "v13");
+  CHECK(fa05::auto_kernel(fa::make_problem(8, 32, 8, 1, 8192, 128, false), fa::DType::bf16, h200).why.find("decode") != std::string::npos);
 }
 
 TEST_CASE("05 plan: the cuBLAS baseline's workspace is S (float32) and P (in 16 bits)") {

@@ -4,7 +4,7 @@
 //   v12                                             v13
 //   d = 128 only (asked for d = 64, the runner      one kernel per native width Dq = 32, 64, 96,
 //   ran v9; any other d, v1)                        128, 192, 256; any other d runs the next one
-//   Q_i loaded into registers by ldmatrix before    the same up to Dq = 128; above, Q_i read by
+//   Q_i loaded into registers by ldmatrix before    the same up to Dq = 192; at 256, Q_i read by
 //   every S = Q_i K_j^T (D / 4 registers a          the tensor cores from shared memory (wgmma's
 //   thread: 64 at D = 256, which with O, S and P    "SS" form: both operands in shared memory),
 //   (176, below) would make 240 of the 232 a        so O (D / 2 floats a thread) fits at 256
@@ -32,8 +32,8 @@
 // Measured on the H200 (lab notebook, v13): SS at every width ran d = 128 at 0.79x of v12 (N =
 // 16384, bf16). Our reading, not profiled: the A operand read from shared memory by every wgmma
 // costs more than v12's ldmatrix of the fragments, so the registers stay where they fit. At Dq =
-// 192 they might too (O 96 + S 32 + P 16 + Q 48 = 192 of 232, v12's total at 128 x 128): not
-// tried yet, and 192 is v13's weakest width.
+// 192 they do (O 96 + S 32 + P 16 + Q 48 = 192 of 232, with Bc = 64): registers there ran
+// 1.07-1.15x SS (N = 1024 ... 16384, bf16, lab notebook "v13 at d = 192").
 //
 // The head dim d reaches the kernel only through the problem (p.d: the row pitch of Q, K, V, O)
 // and the tensor maps (whose rows are d wide: TMA reads nothing past them). d must be a multiple of
@@ -81,12 +81,9 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
   constexpr int D = slab_width(Dq);  // the tiles' width in shared memory, and O's in registers
   constexpr int kQ = q_buffers(Dq, kWarps, Bc);  // Q ring size: tile number k in buffer k % kQ
   // S's A operand: Q_i's fragments in registers (v12's form) where they fit beside O, up to Dq =
-  // 128; wider, the tensor cores read Q_i from shared memory. (Measured: SS at Dq = 128 ran 0.79x
-  // of v12's registers at N = 16384, lab notebook v13.)
-#ifndef FA_V13_Q_REGS_MAX  // an experiment's knob (lab notebook, v13 at 192): the widest Dq with Q in registers
-#define FA_V13_Q_REGS_MAX 128
-#endif
-  constexpr bool kQInRegisters = Dq <= FA_V13_Q_REGS_MAX;
+  // 192; at 256 the tensor cores read Q_i from shared memory. (Measured: SS ran 0.79x of the
+  // registers at Dq = 128 and 0.87-0.93x at 192, lab notebook v13.)
+  constexpr bool kQInRegisters = Dq <= 192;
   constexpr int kQRegs = kQInRegisters ? Dq / 16 : 1;  // fragments of 16 dims (1: unused)
   constexpr int kConsumers = 32 * kWarps;
   static_assert(kWarps == 8 && (Bc == 64 || Bc == 128), "two consumer warpgroups, one wgmma width for S");
@@ -167,7 +164,7 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
       t = gridDim.x + int64_t(atomicAdd(tile_counter, 1u));
     }
   } else {
-    // ---- The consumers: v12's tile; above Dq = 128, S reads Q_i from shared memory (SS).
+    // ---- The consumers: v12's tile; at Dq = 256, S reads Q_i from shared memory (SS).
     ptx::setmaxnreg_inc<kConsumerRegs>();
     const int warp = threadIdx.x / 32 - kProducerThreads / 32, lane = threadIdx.x % 32;  // warp: rows 16 warp ...
     const int wg = warp / 4;  // consumer warpgroup: rows 64 wg .. 64 wg + 63 of the tile

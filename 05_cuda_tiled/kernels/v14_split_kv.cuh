@@ -69,9 +69,34 @@ __device__ __forceinline__ void copy_tile_async(T* dst, const Row& row, int rows
   }
 }
 
+// Paged: the K and V tiles of the same rows, from offset(r), row r's element offset in K and V (-1:
+// no page; zeros). The offsets are looked up 4 elements at a time before their copies are issued:
+// each cp.async is a memory barrier to the compiler, so a lookup placed between two copies waits
+// out its own latency alone (measured: one lookup per copy ran the paged kernel at half the
+// contiguous one's speed, lab notebook), and K and V share one lookup.
+template <int D, class T, class Offset>
+__device__ __forceinline__ void copy_kv_paged(T* Kdst, T* Vdst, const T* K, const T* V, const Offset& offset,
+                                              int rows, int d) {
+  constexpr int kVecs = D / 8, kTotal = Bc * kVecs, kChunk = 4;
+  for (int e0 = threadIdx.x; e0 < kTotal; e0 += kChunk * kThreads) {
+    int64_t off[kChunk];
+    for (int k = 0; k < kChunk; ++k) {
+      const int e = e0 + k * kThreads, r = e / kVecs, c = e % kVecs * 8;
+      off[k] = e < kTotal && r < rows && c < d ? offset(r) : -1;
+    }
+    for (int k = 0; k < kChunk; ++k) {
+      const int e = e0 + k * kThreads, r = e / kVecs, c = e % kVecs * 8;
+      if (e >= kTotal) break;
+      const bool ok = off[k] >= 0;
+      ptx::cp_async_16(Kdst + r * kPitch<D> + c, K + (ok ? off[k] + c : 0), ok);
+      ptx::cp_async_16(Vdst + r * kPitch<D> + c, V + (ok ? off[k] + c : 0), ok);
+    }
+  }
+}
+
 // One block: (batch b, kv head g, packed row tile rt, split s). With splits == 1 it writes O and
 // LSE; otherwise O_part [splits, B H N_q, d] (fp32, normalised) and LSE_part [splits, B H N_q].
-template <class T, int D>
+template <class T, int D, bool kPaged>
 __global__ void __launch_bounds__(kThreads)
 forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                T* __restrict__ O, float* __restrict__ LSE, float* __restrict__ O_part,
@@ -99,19 +124,25 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
   // The problem as sequence b sees it: N_k is its own key count (the causal diagonal follows it).
   fa::AttnProblem pb = p;
   if (cache.lens) pb.N_k = min(max(int64_t(cache.lens[b]), int64_t(0)), p.N_k);
-  // Key row j of this (b, kv head) in X (K or V): contiguous, or through the block table (a page
-  // outside the cache reads as zeros: nullptr).
-  const auto key_row = [&](const T* X, int64_t j) -> const T* {
-    if (!cache.table) return X + (bg * p.N_k + j) * p.d;
-    const int jj = int(j);  // paged: N_k < 2^31 (plan()), so 32-bit division
-    const int32_t page = cache.table[b * cache.pages_per_seq + jj / cache.P];
-    if (page < 0 || page >= cache.num_pages) return nullptr;
-    return X + ((int64_t(page) * p.H_kv + g) * cache.P + jj % cache.P) * p.d;
-  };
-  // The K/V tile of keys kj ... kj + bn - 1 into ring buffer `buf`.
+  // The K/V tile of keys kj ... kj + bn - 1 into ring buffer `buf`. Contiguous: rows d apart from
+  // the tile's first. Paged (a kernel of its own, so the contiguous copy keeps its few
+  // instructions: measured, lab notebook): key j of this (b, kv head) is row j % P of page
+  // table[b, j / P]; a page outside the cache reads as zeros.
   const auto copy_kv = [&](int buf, int64_t kj, int bn) {
-    copy_tile_async<D, Bc>(Ks + buf * Bc * P, [&](int r) { return key_row(K, kj + r); }, bn, int(p.d), K);
-    copy_tile_async<D, Bc>(Vs + buf * Bc * P, [&](int r) { return key_row(V, kj + r); }, bn, int(p.d), V);
+    if constexpr (kPaged) {
+      const auto offset = [&](int r) -> int64_t {
+        const int j = int(kj) + r;  // paged: N_k < 2^31 (plan()), so 32-bit division
+        const int32_t page = cache.table[b * cache.pages_per_seq + j / cache.P];
+        if (page < 0 || page >= cache.num_pages) return -1;
+        return ((int64_t(page) * p.H_kv + g) * cache.P + j % cache.P) * p.d;
+      };
+      copy_kv_paged<D>(Ks + buf * Bc * P, Vs + buf * Bc * P, K, V, offset, bn, int(p.d));
+    } else {
+      const T* Kt = K + (bg * p.N_k + kj) * p.d;
+      const T* Vt = V + (bg * p.N_k + kj) * p.d;
+      copy_tile_async<D, Bc>(Ks + buf * Bc * P, [&](int r) { return Kt + int64_t(r) * p.d; }, bn, int(p.d), K);
+      copy_tile_async<D, Bc>(Vs + buf * Bc * P, [&](int r) { return Vt + int64_t(r) * p.d; }, bn, int(p.d), V);
+    }
   };
 
   // This split's keys [k0, k1), cut at the last key any of the tile's rows sees (causal).
