@@ -147,6 +147,13 @@ void reference_kv_cache(const AttnProblem& p, const KvCacheHost& c, const Tensor
   }
 }
 
+double cache_forward_flops(const AttnProblem& p, const KvCacheHost& c) {
+  double flops = 0;
+  for (int64_t b = 0; b < p.B; ++b)
+    if (c.len(p, b) > 0) flops += sequence_problem(p, c, b).forward_flops();
+  return flops;
+}
+
 CacheForwardFn per_sequence(ForwardFn f) {
   return [f = std::move(f)](const AttnProblem& p, const KvCacheHost& c, const float* Q, const float* K,
                             const float* V, float* O, float* LSE) {

@@ -33,6 +33,7 @@ struct KvCacheHost {
   int64_t num_pages = 0;       // pages in K and V
   bool has_lens() const { return !lens.empty(); }
   bool paged() const { return page_size > 0; }
+  bool any() const { return has_lens() || paged(); }  // false: the plain problem
   // Keys of sequence b.
   int64_t len(const AttnProblem& p, int64_t b) const { return has_lens() ? lens[b] : p.N_k; }
 };
@@ -76,6 +77,10 @@ Tensor gather_sequence(const AttnProblem& p, const KvCacheHost& c, const Tensor&
 // reference_forward(). Throws InputError as validate_kv_cache().
 void reference_kv_cache(const AttnProblem& p, const KvCacheHost& c, const Tensor& Q, const Tensor& K,
                         const Tensor& V, TensorD& O, TensorD& LSE);
+
+// FLOPs of the forward on the cache by the FlashAttention convention (problem.hpp), counting
+// each sequence's own len(b) keys (an empty one counts 0).
+double cache_forward_flops(const AttnProblem& p, const KvCacheHost& c);
 
 // Any plain forward made to run on a cache the same way (per sequence, keys gathered, len 0
 // giving O = 0 and LSE = -inf): stage 01's float32 baseline on a cache, for the "vs stage 01"
