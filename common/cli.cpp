@@ -131,9 +131,9 @@ std::optional<AttnProblem> problem_from_flags(const CliFlags& f) {
 
 namespace {
 
-// --cache-lens X: a comma list of integers ("100,0,7"), or else an int32 .npy of them.
+// --cache-lens X: an int32 .npy of the lengths (a name ending in .npy), else a comma list ("100,0,7").
 std::vector<int32_t> read_cache_lens(const std::string& x) {
-  if (x.find_first_not_of("0123456789,- ") == std::string::npos) {
+  if (x.size() < 4 || x.compare(x.size() - 4, 4, ".npy") != 0) {
     std::vector<int32_t> lens;
     size_t at = 0;
     for (;;) {
@@ -168,52 +168,72 @@ Inputs plain_inputs(const CliFlags& f) {
   return in;
 }
 
-// --block-table: the inputs are the pages themselves, from files or generated in their shape.
-Inputs paged_inputs(const CliFlags& f, KvCacheHost c) {
-  check_page_size(f.page_size);
-  std::vector<int64_t> shape;
-  c.table = read_npy_i32(f.block_table, "--block-table", shape);
-  if (shape.size() != 2 || shape[1] < 1)
-    throw InputError("--block-table " + f.block_table, "an int32 .npy [B, pages_per_seq >= 1]", shape_str(shape));
-  c.page_size = f.page_size;
-  c.pages_per_seq = shape[1];
-  Inputs in;
-  if (!f.q.empty()) {
-    in = load_paged_inputs(f.q, f.k, f.v, f.p.causal, f.p.scale, c);
-  } else if (std::optional<AttnProblem> p = problem_from_flags(f)) {
-    if (f.shape_opts[4]->count() == 0) p->N_k = c.pages_per_seq * c.page_size;  // the table's capacity
-    KvCacheHost lens_only;
-    lens_only.lens = c.lens;
-    validate_kv_cache(*p, lens_only);  // before len(b) is asked for each b
-    // As many pages as the table reads: the largest page a sequence's keys lie in, + 1.
-    int64_t last = 0;
-    for (int64_t b = 0; b < p->B && int64_t(c.table.size()) == p->B * c.pages_per_seq; ++b)
-      for (int64_t n = 0; n * c.page_size < c.len(*p, b); ++n) last = std::max<int64_t>(last, c.table[b * c.pages_per_seq + n]);
-    c.num_pages = last + 1;
-    in = random_paged_inputs(*p, c, f.seed);
-  } else {
-    throw InputError("--block-table", "--q/--k/--v files of pages, or shape flags to generate them (--batch ...)",
-                     "the default input, which is not paged");
+// The cache's own arrays as the flags give them, checked alone (no problem yet): the lengths,
+// the page size, the table's shape. num_pages is unknown until the pages are.
+KvCacheHost read_cache_flags(const CliFlags& f) {
+  KvCacheHost c;
+  if (!f.cache_lens.empty()) c.lens = read_cache_lens(f.cache_lens);
+  if (f.page_size_opt->count() > 0) check_page_size(f.page_size);
+  if (!f.block_table.empty()) {
+    std::vector<int64_t> shape;
+    c.table = read_npy_i32(f.block_table, "--block-table", shape);
+    if (shape.size() != 2 || shape[1] < 1)
+      throw InputError("--block-table " + f.block_table, "an int32 .npy [B, pages_per_seq >= 1]", shape_str(shape));
+    c.page_size = f.page_size;
+    c.pages_per_seq = shape[1];
   }
-  apply_variants(f, in.p);
-  validate(in.p);
-  return in;
+  return c;
+}
+
+// With --block-table and shape flags: the problem (N_k the table's capacity unless --seq-k says
+// otherwise) and the cache, num_pages the largest page a sequence reads + 1, both validated.
+std::pair<AttnProblem, KvCacheHost> generated_paged(AttnProblem p, KvCacheHost c, const CliFlags& f) {
+  if (f.shape_opts[4]->count() == 0) p.N_k = c.pages_per_seq * c.page_size;
+  KvCacheHost lens_only;
+  lens_only.lens = c.lens;
+  validate_kv_cache(p, lens_only);  // before len(b) is asked for each b
+  int64_t last = 0;
+  for (int64_t b = 0; b < p.B && int64_t(c.table.size()) == p.B * c.pages_per_seq; ++b)
+    for (int64_t n = 0; n * c.page_size < c.len(p, b); ++n) last = std::max<int64_t>(last, c.table[b * c.pages_per_seq + n]);
+  c.num_pages = last + 1;
+  validate_kv_cache(p, c);
+  return {p, c};
 }
 
 }  // namespace
 
+void check_cache_flags(const CliFlags& f) {
+  if (cache_flag_given(f).empty()) return;
+  KvCacheHost c = read_cache_flags(f);
+  const std::optional<AttnProblem> p = problem_from_flags(f);
+  if (!f.block_table.empty() && f.q.empty() && !p)
+    throw InputError("--block-table", "--q/--k/--v files of pages, or shape flags to generate them (--batch ...)",
+                     "the default input, which is not paged");
+  if (!p) return;  // the rest depends on the input files
+  if (!f.block_table.empty()) {
+    generated_paged(*p, c, f);
+  } else {
+    validate_kv_cache(*p, c);
+  }
+}
+
 Inputs make_inputs(const CliFlags& f) {
   if (cache_flag_given(f).empty()) return plain_inputs(f);
-  KvCacheHost c;
-  if (!f.cache_lens.empty()) c.lens = read_cache_lens(f.cache_lens);
+  check_cache_flags(f);
+  KvCacheHost c = read_cache_flags(f);
   Inputs in;
-  if (!f.block_table.empty()) {
-    in = paged_inputs(f, c);
+  if (!f.block_table.empty()) {  // the inputs are the pages themselves, from files or generated
+    if (!f.q.empty()) {
+      in = load_paged_inputs(f.q, f.k, f.v, f.p.causal, f.p.scale, c);
+      apply_variants(f, in.p);
+    } else {
+      auto [p, cache] = generated_paged(*problem_from_flags(f), c, f);
+      in = random_paged_inputs(p, cache, f.seed);
+    }
   } else {
     in = plain_inputs(f);
     validate_kv_cache(in.p, c);  // the lengths, against the keys the inputs have
     if (f.page_size_opt->count() > 0) {  // laid out in pages of a random table
-      check_page_size(f.page_size);
       KvCacheHost paged = make_paged(in.p, f.page_size, f.seed);
       if (c.has_lens()) paged.lens = c.lens;
       in.K = page_kv(in.p, paged, in.K);
@@ -223,6 +243,7 @@ Inputs make_inputs(const CliFlags& f) {
     }
     in.cache = std::move(c);
   }
+  validate(in.p);
   validate_kv_cache(in.p, in.cache);
   return in;
 }
@@ -403,6 +424,7 @@ int stage_main(int argc, char** argv, const Stage& stage,
     CacheForwardFn cache_fwd;
     if (cache) cache_fwd = stage.cache_forward_for(dtype);
     check_output_paths(f);
+    check_cache_flags(f);
     // A GPU stage refuses what it can before any input is made (a large random problem takes
     // seconds to generate), and again once the inputs exist.
     if (st.precheck)

@@ -59,6 +59,11 @@ void apply_variants(const CliFlags& f, AttnProblem& p);
 //                    generated inputs are made in that shape (num_pages: the largest page read + 1)
 Inputs make_inputs(const CliFlags& f);
 
+// The checks of the KV cache flags that need no input (run before a large input is made): the
+// lengths, the page size and the table read and checked, and against the problem where the shape
+// flags give it. Throws InputError naming the flag.
+void check_cache_flags(const CliFlags& f);
+
 // The first KV cache flag given ("--cache-lens", "--page-size", "--block-table"), "" if none.
 std::string cache_flag_given(const CliFlags& f);
 // Throws InputError if a KV cache flag is given: for the programs that take none (every stage but 05).
