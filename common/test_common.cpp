@@ -6,10 +6,15 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
 #include <stdexcept>
 #include <limits>
 #include <vector>
 
+#include "baseline.hpp"
+#include "cli.hpp"
 #include "errors.hpp"
 #include "harness.hpp"
 #include "kv_cache.hpp"
@@ -478,4 +483,137 @@ TEST_CASE("kv cache: two sequences that share their prefix pages read the same k
   fa::reference_kv_cache(p, c, Q, pages, V, O, LSE);
   CHECK(same(seq(O, 0, 16), seq(O, 1, 16)));
   CHECK(same(seq(LSE, 0, 2), seq(LSE, 1, 2)));
+}
+
+// ---- The KV cache through a whole program (cli.hpp's stage_main), on the CPU ----
+
+namespace {
+
+// A stage that takes a cache: stage 01 sequence by sequence (as the baselines run it), or, wrong
+// on purpose, the plain forward on the whole capacity, blind to the lengths.
+fa::Stage cache_stage(bool blind) {
+  fa::Stage s;
+  s.name = "kv_test";
+  s.idea = "stage 01 on a cache";
+  s.forward = fa::baseline_forward;
+  s.cache_forward_for = [blind](fa::DType) -> fa::CacheForwardFn {
+    if (!blind) return fa::per_sequence(fa::baseline_forward);
+    return [](const fa::AttnProblem& p, const fa::KvCacheHost&, const float* Q, const float* K, const float* V,
+              float* O, float* LSE) { fa::baseline_forward(p, Q, K, V, O, LSE); };
+  };
+  return s;
+}
+
+// stage_main(args) with stdout captured: (exit code, stdout).
+std::pair<int, std::string> run_main(const fa::Stage& st, std::vector<std::string> args) {
+  args.insert(args.begin(), st.name);
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  std::ostringstream out;
+  std::streambuf* old = std::cout.rdbuf(out.rdbuf());
+  const int rc = fa::stage_main(int(argv.size()), argv.data(), st);
+  std::cout.rdbuf(old);
+  return {rc, out.str()};
+}
+
+// An int32 .npy, written out byte by byte (the course writes only float32 ones).
+void write_i32(const std::string& path, const std::vector<int64_t>& shape, const std::vector<int32_t>& x) {
+  std::string dims = "(";
+  for (int64_t e : shape) dims += std::to_string(e) + ",";
+  std::string header = "{'descr': '<i4', 'fortran_order': False, 'shape': " + dims + "), }";
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::ofstream f(path, std::ios::binary);
+  const char pre[10] = {'\x93', 'N', 'U', 'M', 'P', 'Y', 1, 0, char(header.size()), 0};
+  f.write(pre, 10);
+  f << header;
+  f.write(reinterpret_cast<const char*>(x.data()), std::streamsize(x.size() * 4));
+}
+
+}  // namespace
+
+TEST_CASE("kv cache program: lengths and pages from the flags, checked against reference_kv_cache; a stage blind to them fails") {
+  const fs::path dir = fs::temp_directory_path() / "fa_test_kv_program";
+  fs::create_directories(dir);
+  const std::string out = (dir / "O.npy").string();
+  const std::vector<std::string> shape = {"--batch", "3", "--heads", "4", "--kv-heads", "2", "--seq-q", "2",
+                                          "--seq-k", "40", "--head-dim", "16", "--causal", "--seed", "5", "--json"};
+  SUBCASE("--cache-lens and --page-size: the random inputs in scattered pages") {
+    std::vector<std::string> args = shape;
+    for (const char* a : {"--cache-lens", "40,0,17", "--page-size", "16", "--out"}) args.push_back(a);
+    args.push_back(out);
+    const auto [rc, text] = run_main(cache_stage(false), args);
+    REQUIRE(rc == 0);
+    const nlohmann::json j = nlohmann::json::parse(text);
+    CHECK(j["cache"]["lens"] == std::vector<int>{40, 0, 17});
+    CHECK(j["cache"]["page_size"] == 16);
+    CHECK(j["cache"]["pages_per_seq"] == 3);
+    CHECK(j["cache"]["num_pages"] == 9);
+    CHECK(j["problem"]["N_k"] == 48);  // the capacity
+    CHECK(j["forward"]["errors"]["O_vs_f64"]["max_abs"].get<double>() < 1e-5);
+    CHECK(j["forward"]["errors"]["LSE_vs_f64"]["max_abs"].get<double>() < 1e-5);
+    // O written is the reference on each sequence's first len keys of the plain random inputs.
+    const fa::AttnProblem p = fa::make_problem(3, 4, 2, 2, 40, 16, true);
+    const fa::Inputs in = fa::random_inputs(p, 5);
+    const fa::Tensor O = fa::read_npy(out, "O");
+    const int lens[] = {40, 0, 17};
+    for (int64_t b = 0; b < 3; ++b) {
+      fa::AttnProblem t = p;
+      t.B = 1, t.N_k = lens[b];
+      fa::TensorD Ot, Lt;
+      if (t.N_k > 0)
+        fa::reference_forward(t, seq(in.Q, b, 4 * 2 * 16), first_keys(p, in.K, b, t.N_k), first_keys(p, in.V, b, t.N_k), Ot, Lt);
+      for (int64_t i = 0; i < 4 * 2 * 16; ++i)
+        CHECK(O[b * 4 * 2 * 16 + i] == doctest::Approx(t.N_k > 0 ? Ot[i] : 0.0).epsilon(1e-5).scale(1));
+    }
+  }
+  SUBCASE("a stage that ignores the lengths shows as a large error") {
+    std::vector<std::string> args = shape;
+    for (const char* a : {"--cache-lens", "40,3,17"}) args.push_back(a);
+    const auto [rc, text] = run_main(cache_stage(true), args);
+    REQUIRE(rc == 0);
+    CHECK(nlohmann::json::parse(text)["forward"]["errors"]["O_vs_f64"]["max_abs"].get<double>() > 1e-2);
+  }
+  SUBCASE("--block-table with generated inputs: pages in the table's shape, N_k its capacity") {
+    const std::string table = (dir / "table.npy").string();
+    write_i32(table, {3, 2}, {4, 0, 2, 4, 1, -7});  // sequence 1 shares page 4; sequence 2 reads one page
+    const auto [rc, text] = run_main(cache_stage(false), {"--batch", "3", "--heads", "2", "--seq-q", "1", "--head-dim", "8",
+                                                          "--page-size", "16", "--block-table", table, "--cache-lens",
+                                                          "32,20,16", "--json"});
+    REQUIRE(rc == 0);
+    const nlohmann::json j = nlohmann::json::parse(text);
+    CHECK(j["cache"]["num_pages"] == 5);
+    CHECK(j["problem"]["N_k"] == 32);
+    CHECK(j["forward"]["errors"]["O_vs_f64"]["max_abs"].get<double>() < 1e-5);
+  }
+  SUBCASE("--block-table with --k/--v files of pages") {
+    const std::string table = (dir / "table.npy").string(), q = (dir / "q.npy").string(), k = (dir / "k.npy").string(),
+                      v = (dir / "v.npy").string();
+    write_i32(table, {2, 2}, {1, 0, 2, 0});
+    fa::write_npy(q, normals({2, 2, 1, 8}, 1), "q");
+    const fa::Tensor K = normals({3, 1, 16, 8}, 2), V = normals({3, 1, 16, 8}, 3);
+    fa::write_npy(k, K, "k");
+    fa::write_npy(v, V, "v");
+    const auto [rc, text] = run_main(cache_stage(false), {"--q", q, "--k", k, "--v", v, "--page-size", "16",
+                                                          "--block-table", table, "--json", "--out", out});
+    REQUIRE(rc == 0);
+    const nlohmann::json j = nlohmann::json::parse(text);
+    CHECK(j["cache"]["num_pages"] == 3);
+    CHECK(j["problem"]["H_kv"] == 1);
+    CHECK(j["forward"]["errors"]["O_vs_f64"]["max_abs"].get<double>() < 1e-5);
+    // Sequence 0 reads page 1 then page 0.
+    fa::Tensor K0({1, 1, 32, 8}), V0({1, 1, 32, 8});
+    for (int64_t i = 0; i < 16 * 8; ++i)
+      K0[i] = K[16 * 8 + i], K0[16 * 8 + i] = K[i], V0[i] = V[16 * 8 + i], V0[16 * 8 + i] = V[i];
+    fa::TensorD Ot, Lt;
+    fa::reference_forward(fa::make_problem(1, 2, 1, 1, 32, 8, false), seq(fa::read_npy(q, "q"), 0, 16), K0, V0, Ot, Lt);
+    const fa::Tensor O = fa::read_npy(out, "O");
+    for (int64_t i = 0; i < 16; ++i) CHECK(O[i] == doctest::Approx(Ot[i]).epsilon(1e-5));
+    // Pages of another size than --page-size are refused, naming --k.
+    const auto [rc2, text2] = run_main(cache_stage(false), {"--q", q, "--k", k, "--v", v, "--page-size", "32",
+                                                            "--block-table", table});
+    CHECK(rc2 == 2);
+    CHECK(text2.empty());
+  }
+  fs::remove_all(dir);
 }
