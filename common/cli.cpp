@@ -38,7 +38,7 @@ void add_common_flags(CLI::App& app, CliFlags& f, bool backward, bool outputs) {
   app.add_option("--softcap", f.softcap, "softcap C > 0: S = C tanh(S / C) on the scaled scores (Gemma 2)");
   app.add_option("--cache-lens", f.cache_lens,
                  "KV cache (stage 05, kernel v14): sequence b sees its keys 0 .. len[b] - 1 only, the causal diagonal "
-                 "aligned to len[b]; an int32 .npy of B lengths or a comma list, e.g. 100,0,7");
+                 "aligned to len[b]; an int32 .npy of B lengths (a name ending in .npy) or a comma list, e.g. 100,0,7");
   f.page_size_opt = app.add_option("--page-size", f.page_size,
                                    "KV cache in pages of P keys, 16 ... 256 (alone: the inputs laid out in pages "
                                    "scattered by a random table from --seed)");

@@ -52,7 +52,8 @@ void apply_variants(const CliFlags& f, AttnProblem& p);
 // Builds the inputs the flags describe: files if --q/--k/--v, random if any shape flag, else the
 // default real input; --window and --softcap apply to all three. Throws InputError.
 // With the KV cache flags, in.cache is set and validated (validate_kv_cache):
-//   --cache-lens X   the lengths, from an int32 .npy of B entries or a comma list ("100,0,1,4096")
+//   --cache-lens X   the lengths, from an int32 .npy of B entries (a name ending in .npy) or a
+//                    comma list ("100,0,1,4096")
 //   --page-size P    alone: the contiguous inputs laid out in P-key pages (make_paged, from --seed)
 //   --block-table F  with --page-size: the table from an int32 .npy [B, pages_per_seq], and N_k =
 //                    pages_per_seq P; --k/--v files are then the pages [num_pages,H_kv,P,d], and
