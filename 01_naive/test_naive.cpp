@@ -287,6 +287,11 @@ TEST_CASE("01_naive program: bad input -> one line on stderr, exit 2, no output 
       {"--seq-q 4 --softcap inf", "--softcap"},
       {"--seq-q 4 --softcap 30x", "--softcap"},
       {"--seq-q 4 --softcap 1e39", "found '1e39'"},
+      // The KV cache is stage 05's (kernel v14): every other program refuses its flags.
+      {"--seq-q 4 --cache-lens 4", "--cache-lens: expected no KV cache flags (stage 05 takes them, kernel v14), found --cache-lens 4"},
+      {"--seq-q 4 --page-size 16", "--page-size: expected no KV cache flags"},
+      {"--seq-q 4 --page-size 16 --block-table t.npy", "--page-size: expected no KV cache flags"},
+      {"--seq-q 4 --block-table t.npy", "--block-table"},
       {"--q " + data + "/minilm_l0_q.npy --k " + K + " --v " + V + " --softcap 0", "--softcap"},
       // Fits the 2^40 limit but not the machine: refused before allocating (no OOM kill).
       {"--seq-q 200000 --heads 1 --head-dim 8", "memory available"},

@@ -3,6 +3,7 @@
 // (common/cuda/adapter.hpp: round to the dtype, upload, run, download).
 #pragma once
 #include "adapter.hpp"
+#include "kv_cache.hpp"
 #include "runner.hpp"
 #include "stage.hpp"
 
@@ -22,6 +23,35 @@ inline fa::ForwardFn stage_05_forward(const std::string& kernel, fa::DType dtype
   };
 }
 
+// The runner's view of a host KV cache: its sizes, and the arrays at lens and table (device
+// pointers for forward(); plan() reads only the sizes and which pointers are set, so the host
+// arrays serve it).
+inline fa05::KvCache kv_cache_view(const fa::KvCacheHost& c, const int32_t* lens, const int32_t* table) {
+  return {c.has_lens() ? lens : nullptr, c.paged() ? table : nullptr, c.page_size, c.pages_per_seq, c.num_pages};
+}
+inline fa05::KvCache kv_cache_view(const fa::KvCacheHost& c) { return kv_cache_view(c, c.lens.data(), c.table.data()); }
+
+// The same on a KV cache (--cache-lens, --page-size, --block-table): v14 or auto, plan() refuses
+// the others. The cache is validated on the host here, where it is made: forward() never reads
+// its arrays on the host (runner.hpp).
+inline fa::CacheForwardFn stage_05_cache_forward(const std::string& kernel, fa::DType dtype, const fa05::Config& cfg = {}) {
+  fa::CacheForwardFn on_gpu = fa::gpu_forward_cache(
+      [kernel, cfg](const fa::AttnProblem& p, const fa::KvCacheHost& c, fa::DType t, const void* Q, const void* K,
+                    const void* V, void* O, float* LSE, const int32_t* lens, const int32_t* table, cudaStream_t stream) {
+        fa05::forward(kernel, p, t, Q, K, V, O, LSE, kv_cache_view(c, lens, table), cfg, stream);
+      },
+      dtype,
+      [kernel, cfg](const fa::AttnProblem& p, const fa::KvCacheHost& c, fa::DType t) {
+        return fa05::plan(kernel, p, t, cfg, kv_cache_view(c)).workspace_bytes;
+      });
+  return [=](const fa::AttnProblem& p, const fa::KvCacheHost& c, const float* Q, const float* K, const float* V,
+             float* O, float* LSE) {
+    fa::validate_kv_cache(p, c);
+    fa05::plan(kernel, p, dtype, cfg, kv_cache_view(c));
+    on_gpu(p, c, Q, K, V, O, LSE);
+  };
+}
+
 // The stage for one kernel version ("v1", "cublas": fa05::kernels()); fp32 unless the program's
 // --dtype says otherwise (forward_for).
 inline fa::Stage stage_05(const std::string& kernel, const fa05::Config& cfg = {}) {
@@ -31,6 +61,7 @@ inline fa::Stage stage_05(const std::string& kernel, const fa05::Config& cfg = {
   s.idea = k.name + ": " + k.idea;
   s.forward = stage_05_forward(kernel, fa::DType::fp32, cfg);
   s.forward_for = [kernel, cfg](fa::DType t) { return stage_05_forward(kernel, t, cfg); };
+  s.cache_forward_for = [kernel, cfg](fa::DType t) { return stage_05_cache_forward(kernel, t, cfg); };
   s.nxn_forward = 0;
   return s;
 }

@@ -9,13 +9,16 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "conformance.hpp"
 #include "fa05.h"
 #include "gpu.hpp"
+#include "npy.hpp"
 #include "reference.hpp"
 #include "runner.hpp"
 
@@ -876,6 +879,63 @@ TEST_CASE("05 program: without a GPU, one line and exit code 2; bad flags are na
   const Result o = run(std::string("--seq-q 8 --head-dim 300 --out test_05_host_O.npy"));
   CHECK(o.code == 2);
   CHECK(!std::ifstream("test_05_host_O.npy").good());
+}
+
+// Issue 33: bad KV cache input is refused with one line naming the flag, before the GPU is needed
+// (so on this machine too), and no output file is left behind.
+TEST_CASE("05 program: bad KV cache input, one line naming the flag and exit code 2, GPU or not") {
+  const std::string dir = "test_05_host_cache";
+  std::filesystem::create_directories(dir);
+  // int32 .npy files, written out byte by byte (the course writes only float32 ones).
+  const auto i32 = [&](const std::string& name, const std::string& shape, const std::vector<int32_t>& x) {
+    std::string header = "{'descr': '<i4', 'fortran_order': False, 'shape': " + shape + ", }";
+    while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+    header += '\n';
+    std::ofstream f(dir + "/" + name, std::ios::binary);
+    const char pre[10] = {'\x93', 'N', 'U', 'M', 'P', 'Y', 1, 0, char(header.size()), 0};
+    f.write(pre, 10);
+    f << header;
+    f.write(reinterpret_cast<const char*>(x.data()), std::streamsize(x.size() * 4));
+    return dir + "/" + name;
+  };
+  const std::string lens3 = i32("lens3.npy", "(3,)", {5, 6, 7});
+  const std::string lens_2d = i32("lens_2d.npy", "(2, 1)", {5, 6});
+  const std::string t_rank1 = i32("t_rank1.npy", "(4,)", {0, 1, 2, 3});
+  const std::string t_2x2 = i32("t_2x2.npy", "(2, 2)", {0, 1, 2, -1});  // sequence 1's second page: -1
+  fa::Tensor f32({2});
+  fa::write_npy(dir + "/lens_f32.npy", f32, "test");
+  const std::string shape = "--kernel v14 --batch 2 --seq-q 1 --seq-k 32 --head-dim 64";
+  const std::pair<std::string, const char*> bad[] = {
+      {shape + " --cache-lens 3", "--cache-lens: expected 2 lengths"},
+      {shape + " --cache-lens 3,33", "--cache-lens: expected lengths 0 ... N_k = 32, found 33"},
+      {shape + " --cache-lens 3,-1", "--cache-lens: expected lengths 0 ... N_k = 32, found -1"},
+      {shape + " --cache-lens 3,x", "--cache-lens"},
+      {shape + " --cache-lens 3,,4", "--cache-lens"},
+      {shape + " --cache-lens 99999999999,1", "--cache-lens"},
+      {shape + " --cache-lens " + lens3, "--cache-lens: expected 2 lengths"},
+      {shape + " --cache-lens " + lens_2d, "--cache-lens"},
+      {shape + " --cache-lens " + dir + "/lens_f32.npy", "int32"},
+      {shape + " --cache-lens " + dir + "/none.npy", "--cache-lens"},
+      {shape + " --page-size 8", "--page-size: expected 16 ... 256"},
+      {shape + " --page-size 512", "--page-size: expected 16 ... 256"},
+      {shape + " --block-table " + t_2x2, "--block-table"},  // no --page-size
+      {"--kernel v14 --page-size 16 --block-table " + t_2x2, "--block-table: expected --q/--k/--v files"},
+      {shape + " --page-size 16 --block-table " + t_rank1, "--block-table"},
+      {shape + " --page-size 32 --block-table " + t_2x2, "--block-table: expected pages_per_seq * page size = N_k (32)"},
+      {"--kernel v14 --batch 2 --seq-q 1 --head-dim 64 --page-size 16 --block-table " + t_2x2, "found -1 at [1, 1]"},
+      {"--kernel v14 --batch 3 --seq-q 1 --head-dim 64 --page-size 16 --block-table " + t_2x2, "--block-table"},
+  };
+  for (const auto& [args, flag] : bad) {
+    INFO(args);
+    const Result b = run(args + " --out " + dir + "/O.npy");
+    INFO("stderr: " << b.err);
+    CHECK(b.code == 2);
+    CHECK(lines(b.err) == 1);
+    CHECK(b.err.find(flag) != std::string::npos);
+    CHECK(b.out.empty());
+    CHECK(!std::filesystem::exists(dir + "/O.npy"));
+  }
+  std::filesystem::remove_all(dir);
 }
 
 // Issue 34: the CPU stages take a sliding window and a softcap; every kernel (auto included)

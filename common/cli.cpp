@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -35,6 +36,16 @@ void add_common_flags(CLI::App& app, CliFlags& f, bool backward, bool outputs) {
                  "sliding window L,R: query i sees key j iff i + N_k - N_q - L <= j <= i + N_k - N_q + R "
                  "(-1 = that side unbounded; with --causal, R is 0)");
   app.add_option("--softcap", f.softcap, "softcap C > 0: S = C tanh(S / C) on the scaled scores (Gemma 2)");
+  app.add_option("--cache-lens", f.cache_lens,
+                 "KV cache (stage 05, kernel v14): sequence b sees its keys 0 .. len[b] - 1 only, the causal diagonal "
+                 "aligned to len[b]; an int32 .npy of B lengths (a name ending in .npy) or a comma list, e.g. 100,0,7");
+  f.page_size_opt = app.add_option("--page-size", f.page_size,
+                                   "KV cache in pages of P keys, 16 ... 256 (alone: the inputs laid out in pages "
+                                   "scattered by a random table from --seed)");
+  app.add_option("--block-table", f.block_table,
+                 "KV cache page table: int32 .npy [B, pages_per_seq], N_k = pages_per_seq P; --k/--v are then "
+                 "the pages [num_pages,H_kv,P,d]")
+      ->needs(f.page_size_opt);
   auto* q = app.add_option("--q", f.q, "Q as .npy (float32, [B,H,N_q,d], [H,N_q,d] or [N_q,d])");
   auto* k = app.add_option("--k", f.k, "K as .npy (float32, [B,H_kv,N_k,d] ...)");
   auto* v = app.add_option("--v", f.v, "V as .npy (float32, shape of K)");
@@ -118,12 +129,143 @@ std::optional<AttnProblem> problem_from_flags(const CliFlags& f) {
   return p;
 }
 
-Inputs make_inputs(const CliFlags& f) {
+namespace {
+
+// --cache-lens X: an int32 .npy of the lengths (a name ending in .npy), else a comma list ("100,0,7").
+std::vector<int32_t> read_cache_lens(const std::string& x) {
+  if (x.size() < 4 || x.compare(x.size() - 4, 4, ".npy") != 0) {
+    std::vector<int32_t> lens;
+    size_t at = 0;
+    for (;;) {
+      const size_t comma = x.find(',', at);
+      const std::string t = x.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+      int32_t v = 0;
+      const auto [end, err] = std::from_chars(t.data(), t.data() + t.size(), v);
+      if (t.empty() || err != std::errc() || end != t.data() + t.size())
+        throw InputError("--cache-lens", "an int32 .npy of B lengths or a comma list of integers (e.g. 100,0,7)",
+                         "'" + x + "'");
+      lens.push_back(v);
+      if (comma == std::string::npos) return lens;
+      at = comma + 1;
+    }
+  }
+  std::vector<int64_t> shape;
+  std::vector<int32_t> lens = read_npy_i32(x, "--cache-lens", shape);
+  if (shape.size() != 1) throw InputError("--cache-lens " + x, "an int32 .npy of shape [B]", shape_str(shape));
+  return lens;
+}
+
+void check_page_size(int64_t P) {
+  if (P < 16 || P > 256) throw InputError("--page-size", "16 ... 256 keys a page", std::to_string(P));
+}
+
+// The inputs without a cache: files, shape flags or the default input.
+Inputs plain_inputs(const CliFlags& f) {
   if (const std::optional<AttnProblem> p = problem_from_flags(f)) return random_inputs(*p, f.seed);
   Inputs in = !f.q.empty() ? load_inputs(f.q, f.k, f.v, f.p.causal, f.p.scale) : default_inputs(f.p.causal, f.p.scale);
   apply_variants(f, in.p);
   validate(in.p);
   return in;
+}
+
+// The cache's own arrays as the flags give them, checked alone (no problem yet): the lengths,
+// the page size, the table's shape. num_pages is unknown until the pages are.
+KvCacheHost read_cache_flags(const CliFlags& f) {
+  KvCacheHost c;
+  if (!f.cache_lens.empty()) c.lens = read_cache_lens(f.cache_lens);
+  if (f.page_size_opt->count() > 0) check_page_size(f.page_size);
+  if (!f.block_table.empty()) {
+    std::vector<int64_t> shape;
+    c.table = read_npy_i32(f.block_table, "--block-table", shape);
+    if (shape.size() != 2 || shape[1] < 1)
+      throw InputError("--block-table " + f.block_table, "an int32 .npy [B, pages_per_seq >= 1]", shape_str(shape));
+    c.page_size = f.page_size;
+    c.pages_per_seq = shape[1];
+  }
+  return c;
+}
+
+// With --block-table and shape flags: the problem (N_k the table's capacity unless --seq-k says
+// otherwise) and the cache, num_pages the largest page a sequence reads + 1, both validated.
+std::pair<AttnProblem, KvCacheHost> generated_paged(AttnProblem p, KvCacheHost c, const CliFlags& f) {
+  if (f.shape_opts[4]->count() == 0) p.N_k = c.pages_per_seq * c.page_size;
+  KvCacheHost lens_only;
+  lens_only.lens = c.lens;
+  validate_kv_cache(p, lens_only);  // before len(b) is asked for each b
+  int64_t last = 0;
+  for (int64_t b = 0; b < p.B && int64_t(c.table.size()) == p.B * c.pages_per_seq; ++b)
+    for (int64_t n = 0; n * c.page_size < c.len(p, b); ++n) last = std::max<int64_t>(last, c.table[b * c.pages_per_seq + n]);
+  c.num_pages = last + 1;
+  validate_kv_cache(p, c);
+  return {p, c};
+}
+
+}  // namespace
+
+void check_cache_flags(const CliFlags& f) {
+  if (cache_flag_given(f).empty()) return;
+  KvCacheHost c = read_cache_flags(f);
+  const std::optional<AttnProblem> p = problem_from_flags(f);
+  if (!f.block_table.empty() && f.q.empty() && !p)
+    throw InputError("--block-table", "--q/--k/--v files of pages, or shape flags to generate them (--batch ...)",
+                     "the default input, which is not paged");
+  if (!p) return;  // the rest depends on the input files
+  if (!f.block_table.empty()) {
+    generated_paged(*p, c, f);
+  } else {
+    validate_kv_cache(*p, c);
+  }
+}
+
+Inputs make_inputs(const CliFlags& f) {
+  if (cache_flag_given(f).empty()) return plain_inputs(f);
+  check_cache_flags(f);
+  KvCacheHost c = read_cache_flags(f);
+  Inputs in;
+  if (!f.block_table.empty()) {  // the inputs are the pages themselves, from files or generated
+    if (!f.q.empty()) {
+      in = load_paged_inputs(f.q, f.k, f.v, f.p.causal, f.p.scale, c);
+      apply_variants(f, in.p);
+    } else {
+      auto [p, cache] = generated_paged(*problem_from_flags(f), c, f);
+      in = random_paged_inputs(p, cache, f.seed);
+    }
+  } else {
+    in = plain_inputs(f);
+    validate_kv_cache(in.p, c);  // the lengths, against the keys the inputs have
+    if (f.page_size_opt->count() > 0) {  // laid out in pages of a random table
+      KvCacheHost paged = make_paged(in.p, f.page_size, f.seed);
+      if (c.has_lens()) paged.lens = c.lens;
+      in.K = page_kv(in.p, paged, in.K);
+      in.V = page_kv(in.p, paged, in.V);
+      in.p = cache_problem(in.p, paged);
+      c = std::move(paged);
+    }
+    in.cache = std::move(c);
+  }
+  validate(in.p);
+  validate_kv_cache(in.p, in.cache);
+  return in;
+}
+
+std::string cache_flag_given(const CliFlags& f) {
+  if (!f.cache_lens.empty()) return "--cache-lens";
+  if (f.page_size_opt && f.page_size_opt->count() > 0) return "--page-size";
+  if (!f.block_table.empty()) return "--block-table";
+  return "";
+}
+
+void refuse_cache_flags(const CliFlags& f) {
+  const std::string flag = cache_flag_given(f);
+  if (flag.empty()) return;
+  const std::string value = flag == "--cache-lens"  ? f.cache_lens
+                            : flag == "--page-size" ? std::to_string(f.page_size)
+                                                    : f.block_table;
+  throw InputError(flag, "no KV cache flags (stage 05 takes them, kernel v14)", flag + " " + value);
+}
+
+nlohmann::json cache_json(const KvCacheHost& c) {
+  return {{"lens", c.lens}, {"page_size", c.page_size}, {"pages_per_seq", c.pages_per_seq}, {"num_pages", c.num_pages}};
 }
 
 void check_dtype(const CliFlags& f, const std::string& supported) {
@@ -137,7 +279,8 @@ void check_output_paths(const CliFlags& f) {
   const std::pair<const char*, const std::string*> outs[] = {
       {"--out", &f.out}, {"--lse", &f.lse}, {"--dq", &f.dq}, {"--dk", &f.dk}, {"--dv", &f.dv}};
   const std::pair<const char*, const std::string*> ins[] = {
-      {"--q", &f.q}, {"--k", &f.k}, {"--v", &f.v}, {"--do", &f.dO}, {"--o-in", &f.o_in}, {"--lse-in", &f.lse_in}};
+      {"--q", &f.q}, {"--k", &f.k}, {"--v", &f.v}, {"--do", &f.dO}, {"--o-in", &f.o_in}, {"--lse-in", &f.lse_in},
+      {"--cache-lens", &f.cache_lens}, {"--block-table", &f.block_table}};
   std::vector<std::pair<std::string, fs::path>> seen;  // (flag, canonical path) of inputs and outputs
   std::error_code ec;
   for (auto& [flag, path] : ins)
@@ -267,6 +410,9 @@ int stage_main(int argc, char** argv, const Stage& stage,
   add_common_flags(app, f, bool(stage.backward));
   if (extra_flags) extra_flags(app);
   return run_program(app, argc, argv, [&]() -> int {
+    // A KV cache only where the stage has a forward on one (stage 05), never with a backward.
+    const bool cache = !cache_flag_given(f).empty();
+    if (cache && (!stage.cache_forward_for || stage.backward)) refuse_cache_flags(f);
     // A GPU stage's forward depends on --dtype, and forward_for may set the rest of the stage from
     // the flags (stage 06's --device): copy the stage after it.
     DType dtype = DType::fp32;
@@ -275,7 +421,10 @@ int stage_main(int argc, char** argv, const Stage& stage,
     else check_dtype(f);
     Stage st = stage;
     if (fwd) st.forward = fwd;
+    CacheForwardFn cache_fwd;
+    if (cache) cache_fwd = stage.cache_forward_for(dtype);
     check_output_paths(f);
+    check_cache_flags(f);
     // A GPU stage refuses what it can before any input is made (a large random problem takes
     // seconds to generate), and again once the inputs exist.
     if (st.precheck)
@@ -306,8 +455,10 @@ int stage_main(int argc, char** argv, const Stage& stage,
       fr.LSE = load_npy_as(f.lse_in, "--lse-in", {in.p.B, in.p.H, in.p.N_q}, /*allow_neg_inf=*/true);
       check_given_forward(in.p, fr, base ? &*base : nullptr, f);
     } else {
-      fr = run_forward(st.forward, in);
+      fr = in.cache.any() ? run_forward(cache_fwd, in) : run_forward(st.forward, in);
     }
+    // With a cache, the work is each sequence's own keys, not the capacity N_k.
+    const double flops = in.cache.any() ? cache_forward_flops(in.p, in.cache) : in.p.forward_flops();
     BackwardRun br;
     if (bwd) br = run_backward(st.backward, in, fr);
     // From files that passed the checks above a backward can still meet an LSE that is not its
@@ -326,7 +477,7 @@ int stage_main(int argc, char** argv, const Stage& stage,
     j["problem"] = problem_json(in.p);
     if (!given)
       j["forward"] = {{"ms", fr.ms}, {"extra_bytes", fr.extra_bytes},
-                      {"gflops", in.p.forward_flops() / (fr.ms * 1e6)}};
+                      {"gflops", flops / (fr.ms * 1e6)}};
     if (bwd) j["backward"] = {{"ms", br.ms}, {"extra_bytes", br.extra_bytes},
                               {"gflops", in.p.backward_flops() / (br.ms * 1e6)}};
 
@@ -334,6 +485,21 @@ int stage_main(int argc, char** argv, const Stage& stage,
     txt << stage.name << " — " << st.idea << "\n"
         << "  input    : " << in.source << "\n"
         << "  problem  : " << in.p.describe() << "\n";
+    if (in.cache.any()) {
+      j["cache"] = cache_json(in.cache);
+      txt << "  cache    : ";
+      if (in.cache.has_lens()) {
+        txt << "lengths";
+        for (size_t b = 0; b < in.cache.lens.size() && b < 8; ++b) txt << (b ? ", " : " ") << in.cache.lens[b];
+        if (in.cache.lens.size() > 8) txt << ", ... (" << in.cache.lens.size() << ")";
+      } else {
+        txt << "every sequence N_k keys";
+      }
+      if (in.cache.paged())
+        txt << "; pages of " << in.cache.page_size << " keys, " << in.cache.pages_per_seq << " a sequence, "
+            << in.cache.num_pages << " in the cache";
+      txt << "\n";
+    }
     if (given)
       txt << "  forward  : not run: O from " << f.o_in << ", LSE from " << f.lse_in << "\n";
     else
@@ -344,7 +510,7 @@ int stage_main(int argc, char** argv, const Stage& stage,
       txt << "  backward : " << num(br.ms) << " ms, extra memory " << human_bytes(br.extra_bytes)
           << " (" << br.extra_bytes << " bytes)\n";
     if (fr.gpu_ms >= 0) {  // a GPU stage: its kernels' own time and GPU memory
-      const double tflops = in.p.forward_flops() / (fr.gpu_ms * 1e9);
+      const double tflops = flops / (fr.gpu_ms * 1e9);
       j["forward"]["gpu_ms"] = fr.gpu_ms;
       j["forward"]["gpu_extra_bytes"] = fr.gpu_extra_bytes;
       j["forward"]["gpu_tflops"] = tflops;

@@ -3,6 +3,8 @@
 //   problem from flags : --batch --heads --kv-heads --seq-q --seq-k --head-dim --causal --scale --seed
 //   variants (any input): --window L,R (sliding window, -1 = unbounded side), --softcap C (> 0)
 //   or from files      : --q F --k F --v F   (.npy float32, C order, [B,H,N,d] | [H,N,d] | [N,d])
+//   KV cache (stage 05) : --cache-lens X (int32 .npy [B] or "100,0,7"), --page-size P (16 ... 256),
+//                        --block-table F (int32 .npy [B, pages_per_seq]; --k/--v then [num_pages,H_kv,P,d])
 //   neither            : the default input, real Q/K/V of a pretrained transformer (data/)
 //   outputs            : --out F (O), --lse F; backward stages --do F --dq F --dk F --dv F
 //   report             : human text on stdout, --json for JSON; --no-check skips the comparisons
@@ -30,10 +32,13 @@ struct CliFlags {
   std::string o_in, lse_in;    // backward stages: O and LSE from files instead of the forward
   std::string dtype = "fp32";
   std::string window, softcap;  // --window L,R and --softcap C as typed (apply_variants parses them)
+  std::string cache_lens, block_table;  // --cache-lens X, --block-table F as typed (make_inputs reads them)
+  int64_t page_size = 0;                // --page-size P
   bool json = false;
   bool no_check = false;
   CLI::Option* shape_opts[6] = {};  // to tell whether any shape flag was given
   CLI::Option* scale_opt = nullptr;
+  CLI::Option* page_size_opt = nullptr;
 };
 
 // Registers the contract's flags on app. `backward` adds --do/--dq/--dk/--dv; `outputs` adds
@@ -46,7 +51,27 @@ void apply_variants(const CliFlags& f, AttnProblem& p);
 
 // Builds the inputs the flags describe: files if --q/--k/--v, random if any shape flag, else the
 // default real input; --window and --softcap apply to all three. Throws InputError.
+// With the KV cache flags, in.cache is set and validated (validate_kv_cache):
+//   --cache-lens X   the lengths, from an int32 .npy of B entries (a name ending in .npy) or a
+//                    comma list ("100,0,1,4096")
+//   --page-size P    alone: the contiguous inputs laid out in P-key pages (make_paged, from --seed)
+//   --block-table F  with --page-size: the table from an int32 .npy [B, pages_per_seq], and N_k =
+//                    pages_per_seq P; --k/--v files are then the pages [num_pages,H_kv,P,d], and
+//                    generated inputs are made in that shape (num_pages: the largest page read + 1)
 Inputs make_inputs(const CliFlags& f);
+
+// The checks of the KV cache flags that need no input (run before a large input is made): the
+// lengths, the page size and the table read and checked, and against the problem where the shape
+// flags give it. Throws InputError naming the flag.
+void check_cache_flags(const CliFlags& f);
+
+// The first KV cache flag given ("--cache-lens", "--page-size", "--block-table"), "" if none.
+std::string cache_flag_given(const CliFlags& f);
+// Throws InputError if a KV cache flag is given: for the programs that take none (every stage but 05).
+void refuse_cache_flags(const CliFlags& f);
+
+// The KV cache as a JSON object (lens, page_size, pages_per_seq, num_pages), for --json reports.
+nlohmann::json cache_json(const KvCacheHost& c);
 
 // The problem the shape flags give (validated), before any input is made; empty when the inputs
 // come from files or the default input. Throws InputError.

@@ -157,6 +157,57 @@ Inputs random_inputs(const AttnProblem& p, uint64_t seed) {
   return in;
 }
 
+Inputs random_paged_inputs(const AttnProblem& p, const KvCacheHost& c, uint64_t seed) {
+  validate(p);
+  validate_kv_cache(p, c);
+  Inputs in;
+  in.p = p;
+  in.cache = c;
+  check_memory(4 * (2 * p.q_elems() + 2 * cache_elems(p, c) + p.lse_elems()), "--block-table/--batch/--seq-q/--head-dim",
+               "Q, the paged K and V, O and LSE");
+  in.Q = Tensor({p.B, p.H, p.N_q, p.d});
+  in.K = Tensor({c.num_pages, p.H_kv, c.page_size, p.d});
+  in.V = Tensor({c.num_pages, p.H_kv, c.page_size, p.d});
+  Rng rng(seed);  // drawn in the order random_inputs() draws them
+  rng.fill_normal(in.Q);
+  rng.fill_normal(in.K);
+  rng.fill_normal(in.V);
+  in.source = "random normal(0,1), seed " + std::to_string(seed) + ", in " + std::to_string(c.num_pages) + " pages";
+  return in;
+}
+
+Inputs load_paged_inputs(const std::string& q, const std::string& k, const std::string& v, bool causal,
+                         float scale, KvCacheHost c) {
+  Inputs in;
+  in.Q = read_npy(q, "--q");
+  to_bhnd(in.Q, "--q");
+  in.K = read_npy(k, "--k");
+  in.V = read_npy(v, "--v");
+  // The pages have no batch: [num_pages, H_kv, P, d] exactly, no lower rank.
+  const std::string want = "a paged cache [num_pages, H_kv, " + std::to_string(c.page_size) + " (--page-size), " +
+                           std::to_string(in.Q.shape[3]) + " (the head dim of --q)]";
+  const auto& sk = in.K.shape;
+  if (sk.size() != 4 || sk[0] < 1 || sk[1] < 1 || sk[2] != c.page_size || sk[3] != in.Q.shape[3])
+    throw InputError("--k " + k, want, "shape " + shape_str(sk));
+  if (in.V.shape != sk) throw InputError("--v " + v, "the shape of --k " + shape_str(sk), shape_str(in.V.shape));
+  if (in.Q.shape[1] % sk[1] != 0)
+    throw InputError("--k " + k, "a head count dividing the " + std::to_string(in.Q.shape[1]) + " heads of --q",
+                     "shape " + shape_str(sk));
+  check_finite(in.Q, "--q " + q);
+  check_finite(in.K, "--k " + k);
+  check_finite(in.V, "--v " + v);
+  c.num_pages = sk[0];
+  in.p = make_problem(in.Q.shape[0], in.Q.shape[1], sk[1], in.Q.shape[2], c.pages_per_seq * c.page_size,
+                      in.Q.shape[3], causal);
+  in.p.scale = scale;
+  validate(in.p);
+  validate_kv_cache(in.p, c);
+  in.cache = std::move(c);
+  check_float32_range(in);
+  in.source = q + ", " + k + ", " + v + " (" + std::to_string(sk[0]) + " pages)";
+  return in;
+}
+
 void add_grad_output(Inputs& in, const std::string& path, uint64_t seed) {
   if (!path.empty()) {
     in.dO = read_npy(path, "--do");
@@ -213,6 +264,21 @@ int64_t estimate_run_bytes(const AttnProblem& p, int nxn_stage, bool backward, b
 }
 
 double max_logit(const Inputs& in, bool abs_terms) {
+  if (in.cache.any()) {  // sequence by sequence, each on its own keys
+    double mx = 0;
+    for (int64_t b = 0; b < in.p.B; ++b) {
+      Inputs s;
+      s.p = in.p;
+      s.p.B = 1, s.p.N_k = in.cache.len(in.p, b);
+      if (s.p.N_k == 0) continue;
+      const int64_t n = in.p.H * in.p.N_q * in.p.d;
+      s.Q = Tensor({1, in.p.H, in.p.N_q, in.p.d});
+      for (int64_t i = 0; i < n; ++i) s.Q[i] = in.Q[b * n + i];
+      s.K = gather_sequence(in.p, in.cache, in.K, b);
+      mx = std::max(mx, max_logit(s, abs_terms));
+    }
+    return mx;
+  }
   const AttnProblem& p = in.p;
   const double scale = p.resolved_scale();
   double mx = 0;
@@ -232,7 +298,10 @@ double max_logit(const Inputs& in, bool abs_terms) {
   return mx;
 }
 
-ForwardRun run_forward(const ForwardFn& f, const Inputs& in) {
+namespace {
+// One timed, memory-measured call(O, LSE) on outputs poisoned with NaN.
+template <class Call>
+ForwardRun run_forward_with(const Inputs& in, const Call& call) {
   ForwardRun r;
   r.O = Tensor({in.p.B, in.p.H, in.p.N_q, in.p.d});
   r.LSE = Tensor({in.p.B, in.p.H, in.p.N_q});
@@ -241,11 +310,20 @@ ForwardRun run_forward(const ForwardFn& f, const Inputs& in) {
   ExtraMemory mem;
   ExtraDeviceMemory gpu;
   Timer t;
-  f(in.p, in.Q.ptr(), in.K.ptr(), in.V.ptr(), r.O.ptr(), r.LSE.ptr());
+  call(r.O.ptr(), r.LSE.ptr());
   r.ms = t.ms();
   r.extra_bytes = mem.peak_bytes();
   if (gpu.gpu_ms() >= 0) r.gpu_ms = gpu.gpu_ms(), r.gpu_extra_bytes = gpu.peak_bytes();
   return r;
+}
+}  // namespace
+
+ForwardRun run_forward(const ForwardFn& f, const Inputs& in) {
+  return run_forward_with(in, [&](float* O, float* LSE) { f(in.p, in.Q.ptr(), in.K.ptr(), in.V.ptr(), O, LSE); });
+}
+
+ForwardRun run_forward(const CacheForwardFn& f, const Inputs& in) {
+  return run_forward_with(in, [&](float* O, float* LSE) { f(in.p, in.cache, in.Q.ptr(), in.K.ptr(), in.V.ptr(), O, LSE); });
 }
 
 BackwardRun run_backward(const BackwardFn& f, const Inputs& in, const ForwardRun& fwd) {
@@ -271,6 +349,13 @@ BackwardRun run_backward(const BackwardFn& f, const Inputs& in, const ForwardRun
 }
 
 Baselines::Baselines(const Inputs& in, bool with_backward) {
+  if (in.cache.any()) {  // stage 01 and the reference, each sequence on its own keys (no backward)
+    if (with_backward) throw std::invalid_argument("Baselines: no backward on a KV cache");
+    naive_ = run_forward(per_sequence(baseline_forward), in);
+    reference_kv_cache(in.p, in.cache, in.Q, in.K, in.V, O64_, LSE64_);
+    max_abs_logit_ = max_logit(in);
+    return;
+  }
   naive_ = run_forward(baseline_forward, in);
   reference_forward(in.p, in.Q, in.K, in.V, O64_, LSE64_);
   if (with_backward) {

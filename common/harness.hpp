@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 
+#include "kv_cache.hpp"
 #include "metrics.hpp"
 #include "problem.hpp"
 #include "stage.hpp"
@@ -14,7 +15,9 @@ namespace fa {
 
 struct Inputs {
   AttnProblem p;
-  Tensor Q, K, V;  // [B,H,N_q,d], [B,H_kv,N_k,d], [B,H_kv,N_k,d]
+  Tensor Q, K, V;  // [B,H,N_q,d], [B,H_kv,N_k,d], [B,H_kv,N_k,d]; with a paged cache K and V are
+                   // [num_pages,H_kv,P,d] and N_k its capacity (kv_cache.hpp)
+  KvCacheHost cache;  // the KV cache the forward runs on (--cache-lens ...); none: the plain problem
   Tensor dO;       // [B,H,N_q,d]; empty unless a backward will run
   std::string source;  // "random (seed 0)" or the file names
 };
@@ -38,6 +41,17 @@ void check_float32_range(const Inputs& in);
 
 // Random inputs: every element normal(0, 1), from the seed (common/rng.hpp).
 Inputs random_inputs(const AttnProblem& p, uint64_t seed);
+
+// Random inputs on the paged cache c, whose table and sizes are set (from --block-table): Q
+// [B,H,N_q,d], K and V [c.num_pages,H_kv,P,d] normal(0, 1) from the seed; p.N_k is the capacity.
+// Throws InputError as validate() and validate_kv_cache().
+Inputs random_paged_inputs(const AttnProblem& p, const KvCacheHost& c, uint64_t seed);
+
+// Q from a file as load_inputs() reads it, and K and V from files holding the paged cache c
+// ([num_pages,H_kv,P,d], P = c.page_size; c.num_pages is set from them). p.N_k is the capacity
+// pages_per_seq P. Throws InputError naming --q, --k, --v or the cache flag.
+Inputs load_paged_inputs(const std::string& q, const std::string& k, const std::string& v, bool causal,
+                         float scale, KvCacheHost c);
 
 // Adds dO: from a file (shape must equal Q's; InputError on mismatch or NaN) or normal(0, 1).
 void add_grad_output(Inputs& in, const std::string& path, uint64_t seed);
@@ -88,6 +102,8 @@ struct BackwardRun {
 
 // Run once. Outputs are poisoned with NaN before the call, so unwritten elements show.
 ForwardRun run_forward(const ForwardFn& f, const Inputs& in);
+// The same on the inputs' KV cache (in.cache).
+ForwardRun run_forward(const CacheForwardFn& f, const Inputs& in);
 BackwardRun run_backward(const BackwardFn& f, const Inputs& in, const ForwardRun& fwd);
 
 // Errors of one run against stage 01 (float32) and against float64.

@@ -20,13 +20,19 @@ std::string shape_str(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-Tensor read_npy(const std::string& path, const std::string& arg) {
+namespace {
+
+// The checks both readers make, for 4-byte elements of the dtype `descr` ("f4", "i4"; `name` for
+// the message): opens `path`, reads and checks the header, and checks that the file holds exactly
+// the data its shape says. Returns the shape, with f positioned at the data.
+std::vector<int64_t> open_npy(std::ifstream& f, const std::string& path, const std::string& arg,
+                              const std::string& descr_want, const std::string& name) {
   const std::string who = arg + " " + path;
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) throw InputError(who, "a .npy file", "a folder");
   if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
     throw InputError(who, "a regular .npy file", "a device, pipe or socket");
-  std::ifstream f(path, std::ios::binary);
+  f.open(path, std::ios::binary);
   if (!f) throw InputError(who, "a readable .npy file", "a file that cannot be opened");
   char magic[8] = {};
   f.read(magic, 8);
@@ -55,8 +61,8 @@ Tensor read_npy(const std::string& path, const std::string& arg) {
   if (!std::regex_search(header, m, std::regex(R"('descr'\s*:\s*'([^']*)')")))
     throw InputError(who, "a .npy header with 'descr'", "none");
   const std::string descr = m[1];
-  if (descr != "<f4" && descr != "=f4")
-    throw InputError(who, "dtype float32 ('<f4')", "'" + descr + "'");
+  if (descr != "<" + descr_want && descr != "=" + descr_want)
+    throw InputError(who, "dtype " + name + " ('<" + descr_want + "')", "'" + descr + "'");
   if (!std::regex_search(header, m, std::regex(R"('fortran_order'\s*:\s*(True|False))")))
     throw InputError(who, "a .npy header with 'fortran_order'", "none");
   if (m[1] == "True") throw InputError(who, "C order (fortran_order False)", "Fortran order");
@@ -74,8 +80,6 @@ Tensor read_npy(const std::string& path, const std::string& arg) {
       throw InputError(who, "non-negative integer dimensions in 'shape'", "'" + tok + "'");
     shape.push_back(dim);
   }
-  Tensor x;
-  x.shape = shape;
   int64_t n = 1;
   for (int64_t e : shape) {
     if (e > 0 && n > (int64_t(1) << 40) / e) throw InputError(who, "fewer than 2^40 elements", shape_str(shape));
@@ -89,12 +93,39 @@ Tensor read_npy(const std::string& path, const std::string& arg) {
     throw InputError(who, std::to_string(n * 4) + " bytes of data for shape " + shape_str(shape),
                      std::to_string(have) + " bytes");
   f.seekg(data_start);
+  return shape;
+}
+
+// n 4-byte elements from f into dst.
+void read_data(std::ifstream& f, void* dst, int64_t n, const std::string& who) {
+  f.read(static_cast<char*>(dst), std::streamsize(n * 4));
+  if (f.gcount() != std::streamsize(n * 4)) throw InputError(who, "a readable .npy file", "a read error");
+}
+
+}  // namespace
+
+Tensor read_npy(const std::string& path, const std::string& arg) {
+  std::ifstream f;
+  Tensor x;
+  x.shape = open_npy(f, path, arg, "f4", "float32");
+  int64_t n = 1;
+  for (int64_t e : x.shape) n *= e;
   x.data.resize(size_t(n));
-  f.read(reinterpret_cast<char*>(x.data.data()), std::streamsize(n * 4));
-  if (f.gcount() != std::streamsize(n * 4))
-    throw InputError(who, "a readable .npy file", "a read error");
+  read_data(f, x.data.data(), n, arg + " " + path);
   return x;
 }
+
+std::vector<int32_t> read_npy_i32(const std::string& path, const std::string& arg, std::vector<int64_t>& shape) {
+  std::ifstream f;
+  shape = open_npy(f, path, arg, "i4", "int32");
+  int64_t n = 1;
+  for (int64_t e : shape) n *= e;
+  std::vector<int32_t> x(static_cast<size_t>(n));
+  read_data(f, x.data(), n, arg + " " + path);
+  return x;
+}
+
+
 
 namespace {
 

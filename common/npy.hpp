@@ -3,6 +3,7 @@
 // Debian ships no maintained C++ .npy library, so this is a small reader that accepts exactly what
 // the course needs and rejects everything else with an InputError naming the file.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,10 @@ namespace fa {
 // Fortran order, or holds more or fewer data bytes than its shape says (checked before
 // allocating, so a forged header cannot make it allocate memory the file does not back).
 Tensor read_npy(const std::string& path, const std::string& arg);
+
+// The same for an int32 .npy ('<i4': KV cache lengths and block tables): its elements, and its
+// shape in `shape`. As strict as read_npy (a float32 file is refused, not converted).
+std::vector<int32_t> read_npy_i32(const std::string& path, const std::string& arg, std::vector<int64_t>& shape);
 
 // One output file: where, what, and the flag that named it (for error messages).
 struct NpyOut {

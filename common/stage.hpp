@@ -9,7 +9,8 @@
 
 namespace fa {
 
-struct Inputs;  // harness.hpp
+struct Inputs;       // harness.hpp
+struct KvCacheHost;  // kv_cache.hpp
 
 // Forward: reads Q [B,H,N_q,d], K and V [B,H_kv,N_k,d]; writes O [B,H,N_q,d] and LSE [B,H,N_q].
 using ForwardFn = std::function<void(const AttnProblem&, const float* Q, const float* K,
@@ -19,6 +20,11 @@ using ForwardFn = std::function<void(const AttnProblem&, const float* Q, const f
 using BackwardFn = std::function<void(const AttnProblem&, const float* Q, const float* K,
                                       const float* V, const float* O, const float* dO,
                                       const float* LSE, float* dQ, float* dK, float* dV)>;
+
+// Forward on a KV cache (kv_cache.hpp): Q, O, LSE as above; K and V are the cache, contiguous
+// [B,H_kv,N_k,d] or paged [num_pages,H_kv,P,d]; N_k is its capacity.
+using CacheForwardFn = std::function<void(const AttnProblem&, const KvCacheHost&, const float* Q,
+                                          const float* K, const float* V, float* O, float* LSE)>;
 
 struct Stage {
   std::string name;    // the program's name, e.g. "01_naive"
@@ -39,6 +45,9 @@ struct Stage {
   // A stage that fails by design on some inputs (stage 01's textbook softmax): which failure
   // applies to these inputs, one line each, "" if none. The program prints each as a warning.
   std::function<std::string(const Inputs&)> diagnose = {};
+  // A stage that takes a KV cache (--cache-lens, --page-size, --block-table: stage 05, kernel
+  // v14): its forward on one, for an element type. Empty: the program refuses the cache flags.
+  std::function<CacheForwardFn(DType)> cache_forward_for = {};
 };
 
 }  // namespace fa

@@ -2,15 +2,22 @@
 // error metric's NaN handling, the memory accounting, the GQA/causal index helpers.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
 #include <stdexcept>
 #include <limits>
 #include <vector>
 
+#include "baseline.hpp"
+#include "cli.hpp"
 #include "errors.hpp"
 #include "harness.hpp"
+#include "kv_cache.hpp"
 #include "memtrack.hpp"
 #include "metrics.hpp"
 #include "npy.hpp"
@@ -243,4 +250,370 @@ TEST_CASE("rng: the same seed gives the same normals; mean ~0 and variance ~1") 
   }
   CHECK(std::fabs(s / 1e5) < 0.02);
   CHECK(std::fabs(s2 / 1e5 - 1) < 0.02);
+}
+
+// ---- The KV cache (common/kv_cache.hpp, issue 33) ----
+
+namespace {
+
+fa::Tensor normals(std::vector<int64_t> shape, uint64_t seed) {
+  fa::Tensor x(std::move(shape));
+  fa::Rng(seed).fill_normal(x);
+  return x;
+}
+
+// Keys 0 .. len - 1 of sequence b of a contiguous [B, H_kv, N_k, d] tensor, as [1, H_kv, len, d]:
+// written out here from the layout, not with the cache's own gather.
+fa::Tensor first_keys(const fa::AttnProblem& p, const fa::Tensor& X, int64_t b, int64_t len) {
+  fa::Tensor S({1, p.H_kv, len, p.d});
+  for (int64_t g = 0; g < p.H_kv; ++g)
+    for (int64_t j = 0; j < len; ++j)
+      for (int64_t x = 0; x < p.d; ++x) S[(g * len + j) * p.d + x] = X[((b * p.H_kv + g) * p.N_k + j) * p.d + x];
+  return S;
+}
+
+// Rows of sequence b of a [B, ...] tensor whose sequences are `n` elements each.
+template <class T>
+fa::TensorT<T> seq(const fa::TensorT<T>& X, int64_t b, int64_t n) {
+  fa::TensorT<T> S({n});
+  for (int64_t i = 0; i < n; ++i) S[i] = X[b * n + i];
+  return S;
+}
+
+bool same(const fa::TensorD& a, const fa::TensorD& b) {
+  return a.numel() == b.numel() && std::memcmp(a.ptr(), b.ptr(), size_t(a.numel()) * sizeof(double)) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("kv cache: validate_kv_cache names the flag of every error") {
+  const fa::AttnProblem p = fa::make_problem(2, 4, 2, 1, 64, 16, false);
+  fa::KvCacheHost ok;
+  CHECK_NOTHROW(fa::validate_kv_cache(p, ok));  // no cache at all: the plain problem
+  ok.lens = {64, 0};
+  CHECK_NOTHROW(fa::validate_kv_cache(p, ok));
+  const auto refused = [&](const fa::KvCacheHost& c, const char* flag, const char* found) {
+    CHECK_THROWS_WITH_AS(fa::validate_kv_cache(p, c), doctest::Contains(flag), fa::InputError);
+    CHECK_THROWS_WITH_AS(fa::validate_kv_cache(p, c), doctest::Contains(found), fa::InputError);
+  };
+  fa::KvCacheHost c;
+  SUBCASE("lengths") {
+    c.lens = {3};
+    refused(c, "--cache-lens", "found 1");                     // not B entries
+    c.lens = {3, -1};
+    refused(c, "--cache-lens", "-1 for sequence 1");
+    c.lens = {65, 3};
+    refused(c, "--cache-lens", "65 for sequence 0");           // past N_k
+  }
+  SUBCASE("page size") {
+    c.page_size = 8, c.pages_per_seq = 8, c.num_pages = 16, c.table.assign(16, 0);
+    refused(c, "--page-size", "found 8");
+    c.page_size = 512, c.pages_per_seq = 1;
+    refused(c, "--page-size", "found 512");
+    fa::KvCacheHost t;  // a table and no page size
+    t.table = {0, 1}, t.pages_per_seq = 1, t.num_pages = 2;
+    refused(t, "--block-table", "no page size");
+  }
+  SUBCASE("block table") {
+    c.page_size = 16, c.pages_per_seq = 4, c.num_pages = 8;
+    c.table = {0, 1, 2, 3, 4, 5, 6};
+    refused(c, "--block-table", "7 entries");                  // not [B, pages_per_seq]
+    c.table = {0, 1, 2, 3, 4, 5, 6, 7};
+    CHECK_NOTHROW(fa::validate_kv_cache(p, c));
+    fa::KvCacheHost wide = c;
+    wide.pages_per_seq = 5, wide.table.assign(10, 0);
+    refused(wide, "--block-table", "5 * 16");                  // capacity 80 != N_k 64
+    c.table[6] = 8;
+    refused(c, "--block-table", "8 at [1, 2]");                // a page past the cache
+    c.table[6] = -1;
+    refused(c, "--block-table", "-1 at [1, 2]");
+    c.lens = {64, 32};  // sequence 1 reads pages 0 and 1 only: entries 2 and 3 may hold anything
+    CHECK_NOTHROW(fa::validate_kv_cache(p, c));
+    c.lens = {64, 33};  // key 32 is on page 2
+    refused(c, "--block-table", "-1 at [1, 2]");
+    c.num_pages = 0, c.lens = {};
+    refused(c, "--block-table", "found 0");
+  }
+}
+
+TEST_CASE("kv cache: make_paged is a seeded permutation; page_kv and gather_sequence give the keys back") {
+  const fa::AttnProblem p = fa::make_problem(3, 2, 2, 1, 70, 8, false);  // 70 keys: 5 pages of 16, the last part padding
+  const fa::KvCacheHost c = fa::make_paged(p, 16, 7);
+  CHECK(c.pages_per_seq == 5);
+  CHECK(c.num_pages == 15);
+  CHECK(c.lens == std::vector<int32_t>(3, 70));  // the padding is no key
+  std::vector<int32_t> sorted = c.table;
+  std::sort(sorted.begin(), sorted.end());
+  for (int32_t i = 0; i < 15; ++i) CHECK(sorted[size_t(i)] == i);
+  bool moved = false;  // scattered, not in order
+  for (int32_t i = 0; i < 15; ++i) moved |= c.table[size_t(i)] != i;
+  CHECK(moved);
+  CHECK(fa::make_paged(p, 16, 7).table == c.table);
+  CHECK(fa::make_paged(p, 16, 8).table != c.table);
+  CHECK(fa::make_paged(fa::make_problem(3, 2, 2, 1, 64, 8, false), 16, 7).lens.empty());  // no padding, no lens
+  const fa::AttnProblem pc = fa::cache_problem(p, c);
+  CHECK(pc.N_k == 80);
+  CHECK_NOTHROW(fa::validate_kv_cache(pc, c));
+
+  const fa::Tensor K = normals({3, 2, 70, 8}, 1);
+  const fa::Tensor Kp = fa::page_kv(p, c, K);
+  CHECK(Kp.shape == std::vector<int64_t>{15, 2, 16, 8});
+  for (int64_t b = 0; b < 3; ++b) CHECK(fa::gather_sequence(pc, c, Kp, b).data == first_keys(p, K, b, 70).data);
+  // The padding slots (keys 70 ... 79 of each sequence) are zeros.
+  for (int64_t b = 0; b < 3; ++b)
+    for (int64_t j = 70; j < 80; ++j) CHECK(Kp[fa::cache_offset(pc, c, b, 1, j) + 3] == 0.f);
+  CHECK_THROWS_WITH_AS(fa::make_paged(p, 8, 7), doctest::Contains("--page-size"), fa::InputError);
+}
+
+TEST_CASE("kv cache: reference_kv_cache with every length N_k is the plain reference, contiguous or paged") {
+  for (bool causal : {false, true}) {
+    INFO("causal " << causal);
+    const fa::AttnProblem p = fa::make_problem(3, 4, 2, 5, 64, 16, causal);
+    const fa::Tensor Q = normals({3, 4, 5, 16}, 1), K = normals({3, 2, 64, 16}, 2), V = normals({3, 2, 64, 16}, 3);
+    fa::TensorD O, LSE, Oc, Lc;
+    fa::reference_forward(p, Q, K, V, O, LSE);
+    fa::KvCacheHost contiguous;
+    fa::reference_kv_cache(p, contiguous, Q, K, V, Oc, Lc);
+    CHECK(same(Oc, O));
+    CHECK(same(Lc, LSE));
+    contiguous.lens = {64, 64, 64};
+    fa::reference_kv_cache(p, contiguous, Q, K, V, Oc, Lc);
+    CHECK(same(Oc, O));
+    CHECK(same(Lc, LSE));
+    fa::KvCacheHost in_order = fa::make_paged(p, 16, 0);
+    for (int32_t i = 0; i < 12; ++i) in_order.table[size_t(i)] = i;
+    fa::KvCacheHost shuffled = fa::make_paged(p, 32, 5);
+    for (const fa::KvCacheHost* c : {&in_order, &shuffled}) {
+      INFO("page size " << c->page_size);
+      fa::reference_kv_cache(p, *c, Q, fa::page_kv(p, *c, K), fa::page_kv(p, *c, V), Oc, Lc);
+      CHECK(same(Oc, O));
+      CHECK(same(Lc, LSE));
+    }
+  }
+}
+
+TEST_CASE("kv cache: shorter lengths are the reference on the truncated K and V; an empty sequence gives O = 0, LSE = -inf") {
+  for (bool causal : {false, true}) {
+    INFO("causal " << causal);
+    const fa::AttnProblem p = fa::make_problem(4, 4, 1, 3, 100, 8, causal);  // MQA, 100 keys: padded pages of 16
+    const fa::Tensor Q = normals({4, 4, 3, 8}, 4), K = normals({4, 1, 100, 8}, 5), V = normals({4, 1, 100, 8}, 6);
+    const std::vector<int32_t> lens = {100, 1, 0, 37};
+    fa::KvCacheHost contiguous;
+    contiguous.lens = lens;
+    fa::KvCacheHost paged = fa::make_paged(p, 16, 9);
+    paged.lens = lens;
+    for (const fa::KvCacheHost* c : {&contiguous, &paged}) {
+      INFO("paged " << c->paged());
+      fa::TensorD O, LSE;
+      if (c->paged())
+        fa::reference_kv_cache(fa::cache_problem(p, *c), *c, Q, fa::page_kv(p, *c, K), fa::page_kv(p, *c, V), O, LSE);
+      else
+        fa::reference_kv_cache(p, *c, Q, K, V, O, LSE);
+      for (int64_t b = 0; b < 4; ++b) {
+        INFO("sequence " << b << ", len " << lens[size_t(b)]);
+        const fa::TensorD Ob = seq(O, b, 4 * 3 * 8), Lb = seq(LSE, b, 4 * 3);
+        if (lens[size_t(b)] == 0) {
+          for (int64_t i = 0; i < Ob.numel(); ++i) CHECK(Ob[i] == 0.0);
+          for (int64_t i = 0; i < Lb.numel(); ++i) CHECK(Lb[i] == -INFINITY);
+          continue;
+        }
+        fa::AttnProblem t = p;
+        t.B = 1, t.N_k = lens[size_t(b)];
+        fa::TensorD Ot, Lt;
+        fa::reference_forward(t, seq(Q, b, 4 * 3 * 8), first_keys(p, K, b, t.N_k), first_keys(p, V, b, t.N_k), Ot, Lt);
+        CHECK(same(Ob, Ot));
+        CHECK(same(Lb, Lt));
+      }
+    }
+  }
+}
+
+TEST_CASE("kv cache: the causal diagonal is aligned to each sequence's length") {
+  // Every key zero: every score is 0, so a row's O is the mean of the V rows it sees and its LSE
+  // is log(count). Row i of sequence b sees keys j <= i + len - N_q: count = i + len - N_q + 1,
+  // clamped to 0 ... len (written out here, independent of key_range()).
+  const int64_t N_q = 4;
+  const fa::AttnProblem p = fa::make_problem(3, 2, 2, N_q, 48, 4, true);
+  const fa::Tensor Q = normals({3, 2, N_q, 4}, 1), K({3, 2, 48, 4}), V = normals({3, 2, 48, 4}, 2);
+  fa::KvCacheHost c = fa::make_paged(p, 16, 3);
+  c.lens = {48, 2, 17};  // sequence 1: rows 0 and 1 see no key
+  fa::TensorD O, LSE;
+  fa::reference_kv_cache(p, c, Q, fa::page_kv(p, c, K), fa::page_kv(p, c, V), O, LSE);
+  for (int64_t b = 0; b < 3; ++b)
+    for (int64_t h = 0; h < 2; ++h)
+      for (int64_t i = 0; i < N_q; ++i) {
+        const int64_t len = c.lens[size_t(b)];
+        const int64_t count = std::max<int64_t>(0, std::min<int64_t>(len, i + len - N_q + 1));
+        INFO("b " << b << " h " << h << " row " << i << " count " << count);
+        const double L = LSE[(b * 2 + h) * N_q + i];
+        if (count == 0) CHECK(L == -INFINITY);
+        else CHECK(L == doctest::Approx(std::log(double(count))).epsilon(1e-14));
+        for (int64_t x = 0; x < 4; ++x) {
+          double mean = 0;
+          for (int64_t j = 0; j < count; ++j) mean += V[((b * 2 + h) * 48 + j) * 4 + x];
+          if (count) mean /= double(count);
+          CHECK(O[((b * 2 + h) * N_q + i) * 4 + x] == doctest::Approx(mean).epsilon(1e-12));
+        }
+      }
+}
+
+TEST_CASE("kv cache: two sequences that share their prefix pages read the same keys") {
+  // Page 0 is a prompt both sequences share; then sequence 0 goes on in page 1, sequence 1 in page 2.
+  const fa::AttnProblem p = fa::make_problem(2, 2, 1, 1, 32, 8, false);
+  const fa::Tensor pages = normals({3, 1, 16, 8}, 4), V = normals({3, 1, 16, 8}, 5);
+  fa::Tensor Q = normals({2, 2, 1, 8}, 6);
+  for (int64_t i = 0; i < 16; ++i) Q[16 + i] = Q[i];  // the same query in both sequences
+  fa::KvCacheHost c;
+  c.page_size = 16, c.pages_per_seq = 2, c.num_pages = 3, c.table = {0, 1, 0, 2};
+  // Sequence 1 alone, its keys written out as page 0 then page 2.
+  const auto keys_of_seq1 = [](const fa::Tensor& X) {
+    fa::Tensor S({1, 1, 32, 8});
+    for (int64_t i = 0; i < 16 * 8; ++i) S[i] = X[i], S[16 * 8 + i] = X[2 * 16 * 8 + i];
+    return S;
+  };
+  fa::TensorD O, LSE, Ot, Lt;
+  fa::reference_kv_cache(p, c, Q, pages, V, O, LSE);
+  fa::AttnProblem t = p;
+  t.B = 1;
+  fa::reference_forward(t, seq(Q, 1, 16), keys_of_seq1(pages), keys_of_seq1(V), Ot, Lt);
+  CHECK(same(seq(O, 1, 16), Ot));
+  CHECK(same(seq(LSE, 1, 2), Lt));
+  CHECK(!same(seq(O, 0, 16), seq(O, 1, 16)));  // different second pages
+  c.lens = {16, 16};  // only the shared page: the same query gives the same answer
+  fa::reference_kv_cache(p, c, Q, pages, V, O, LSE);
+  CHECK(same(seq(O, 0, 16), seq(O, 1, 16)));
+  CHECK(same(seq(LSE, 0, 2), seq(LSE, 1, 2)));
+}
+
+// ---- The KV cache through a whole program (cli.hpp's stage_main), on the CPU ----
+
+namespace {
+
+// A stage that takes a cache: stage 01 sequence by sequence (as the baselines run it), or, wrong
+// on purpose, the plain forward on the whole capacity, blind to the lengths.
+fa::Stage cache_stage(bool blind) {
+  fa::Stage s;
+  s.name = "kv_test";
+  s.idea = "stage 01 on a cache";
+  s.forward = fa::baseline_forward;
+  s.cache_forward_for = [blind](fa::DType) -> fa::CacheForwardFn {
+    if (!blind) return fa::per_sequence(fa::baseline_forward);
+    return [](const fa::AttnProblem& p, const fa::KvCacheHost&, const float* Q, const float* K, const float* V,
+              float* O, float* LSE) { fa::baseline_forward(p, Q, K, V, O, LSE); };
+  };
+  return s;
+}
+
+// stage_main(args) with stdout captured: (exit code, stdout).
+std::pair<int, std::string> run_main(const fa::Stage& st, std::vector<std::string> args) {
+  args.insert(args.begin(), st.name);
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  std::ostringstream out;
+  std::streambuf* old = std::cout.rdbuf(out.rdbuf());
+  const int rc = fa::stage_main(int(argv.size()), argv.data(), st);
+  std::cout.rdbuf(old);
+  return {rc, out.str()};
+}
+
+// An int32 .npy, written out byte by byte (the course writes only float32 ones).
+void write_i32(const std::string& path, const std::vector<int64_t>& shape, const std::vector<int32_t>& x) {
+  std::string dims = "(";
+  for (int64_t e : shape) dims += std::to_string(e) + ",";
+  std::string header = "{'descr': '<i4', 'fortran_order': False, 'shape': " + dims + "), }";
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::ofstream f(path, std::ios::binary);
+  const char pre[10] = {'\x93', 'N', 'U', 'M', 'P', 'Y', 1, 0, char(header.size()), 0};
+  f.write(pre, 10);
+  f << header;
+  f.write(reinterpret_cast<const char*>(x.data()), std::streamsize(x.size() * 4));
+}
+
+}  // namespace
+
+TEST_CASE("kv cache program: lengths and pages from the flags, checked against reference_kv_cache; a stage blind to them fails") {
+  const fs::path dir = fs::temp_directory_path() / "fa_test_kv_program";
+  fs::create_directories(dir);
+  const std::string out = (dir / "O.npy").string();
+  const std::vector<std::string> shape = {"--batch", "3", "--heads", "4", "--kv-heads", "2", "--seq-q", "2",
+                                          "--seq-k", "40", "--head-dim", "16", "--causal", "--seed", "5", "--json"};
+  SUBCASE("--cache-lens and --page-size: the random inputs in scattered pages") {
+    std::vector<std::string> args = shape;
+    for (const char* a : {"--cache-lens", "40,0,17", "--page-size", "16", "--out"}) args.push_back(a);
+    args.push_back(out);
+    const auto [rc, text] = run_main(cache_stage(false), args);
+    REQUIRE(rc == 0);
+    const nlohmann::json j = nlohmann::json::parse(text);
+    CHECK(j["cache"]["lens"] == std::vector<int>{40, 0, 17});
+    CHECK(j["cache"]["page_size"] == 16);
+    CHECK(j["cache"]["pages_per_seq"] == 3);
+    CHECK(j["cache"]["num_pages"] == 9);
+    CHECK(j["problem"]["N_k"] == 48);  // the capacity
+    CHECK(j["forward"]["errors"]["O_vs_f64"]["max_abs"].get<double>() < 1e-5);
+    CHECK(j["forward"]["errors"]["LSE_vs_f64"]["max_abs"].get<double>() < 1e-5);
+    // O written is the reference on each sequence's first len keys of the plain random inputs.
+    const fa::AttnProblem p = fa::make_problem(3, 4, 2, 2, 40, 16, true);
+    const fa::Inputs in = fa::random_inputs(p, 5);
+    const fa::Tensor O = fa::read_npy(out, "O");
+    const int lens[] = {40, 0, 17};
+    for (int64_t b = 0; b < 3; ++b) {
+      fa::AttnProblem t = p;
+      t.B = 1, t.N_k = lens[b];
+      fa::TensorD Ot, Lt;
+      if (t.N_k > 0)
+        fa::reference_forward(t, seq(in.Q, b, 4 * 2 * 16), first_keys(p, in.K, b, t.N_k), first_keys(p, in.V, b, t.N_k), Ot, Lt);
+      for (int64_t i = 0; i < 4 * 2 * 16; ++i)
+        CHECK(O[b * 4 * 2 * 16 + i] == doctest::Approx(t.N_k > 0 ? Ot[i] : 0.0).epsilon(1e-5).scale(1));
+    }
+  }
+  SUBCASE("a stage that ignores the lengths shows as a large error") {
+    std::vector<std::string> args = shape;
+    for (const char* a : {"--cache-lens", "40,3,17"}) args.push_back(a);
+    const auto [rc, text] = run_main(cache_stage(true), args);
+    REQUIRE(rc == 0);
+    CHECK(nlohmann::json::parse(text)["forward"]["errors"]["O_vs_f64"]["max_abs"].get<double>() > 1e-2);
+  }
+  SUBCASE("--block-table with generated inputs: pages in the table's shape, N_k its capacity") {
+    const std::string table = (dir / "table.npy").string();
+    write_i32(table, {3, 2}, {4, 0, 2, 4, 1, -7});  // sequence 1 shares page 4; sequence 2 reads one page
+    const auto [rc, text] = run_main(cache_stage(false), {"--batch", "3", "--heads", "2", "--seq-q", "1", "--head-dim", "8",
+                                                          "--page-size", "16", "--block-table", table, "--cache-lens",
+                                                          "32,20,16", "--json"});
+    REQUIRE(rc == 0);
+    const nlohmann::json j = nlohmann::json::parse(text);
+    CHECK(j["cache"]["num_pages"] == 5);
+    CHECK(j["problem"]["N_k"] == 32);
+    CHECK(j["forward"]["errors"]["O_vs_f64"]["max_abs"].get<double>() < 1e-5);
+  }
+  SUBCASE("--block-table with --k/--v files of pages") {
+    const std::string table = (dir / "table.npy").string(), q = (dir / "q.npy").string(), k = (dir / "k.npy").string(),
+                      v = (dir / "v.npy").string();
+    write_i32(table, {2, 2}, {1, 0, 2, 0});
+    fa::write_npy(q, normals({2, 2, 1, 8}, 1), "q");
+    const fa::Tensor K = normals({3, 1, 16, 8}, 2), V = normals({3, 1, 16, 8}, 3);
+    fa::write_npy(k, K, "k");
+    fa::write_npy(v, V, "v");
+    const auto [rc, text] = run_main(cache_stage(false), {"--q", q, "--k", k, "--v", v, "--page-size", "16",
+                                                          "--block-table", table, "--json", "--out", out});
+    REQUIRE(rc == 0);
+    const nlohmann::json j = nlohmann::json::parse(text);
+    CHECK(j["cache"]["num_pages"] == 3);
+    CHECK(j["problem"]["H_kv"] == 1);
+    CHECK(j["forward"]["errors"]["O_vs_f64"]["max_abs"].get<double>() < 1e-5);
+    // Sequence 0 reads page 1 then page 0.
+    fa::Tensor K0({1, 1, 32, 8}), V0({1, 1, 32, 8});
+    for (int64_t i = 0; i < 16 * 8; ++i)
+      K0[i] = K[16 * 8 + i], K0[16 * 8 + i] = K[i], V0[i] = V[16 * 8 + i], V0[16 * 8 + i] = V[i];
+    fa::TensorD Ot, Lt;
+    fa::reference_forward(fa::make_problem(1, 2, 1, 1, 32, 8, false), seq(fa::read_npy(q, "q"), 0, 16), K0, V0, Ot, Lt);
+    const fa::Tensor O = fa::read_npy(out, "O");
+    for (int64_t i = 0; i < 16; ++i) CHECK(O[i] == doctest::Approx(Ot[i]).epsilon(1e-5));
+    // Pages of another size than --page-size are refused, naming --k.
+    const auto [rc2, text2] = run_main(cache_stage(false), {"--q", q, "--k", k, "--v", v, "--page-size", "32",
+                                                            "--block-table", table});
+    CHECK(rc2 == 2);
+    CHECK(text2.empty());
+  }
+  fs::remove_all(dir);
 }

@@ -3,7 +3,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "check.hpp"
 #include "device_buffer.hpp"
@@ -83,46 +85,90 @@ void check_dtype_range(const Inputs& in, DType t) {
   check_dtype_range(in.V.ptr(), in.V.numel(), t, "--v");
 }
 
+namespace {
+
+// The steps of a forward on the GPU (adapter.hpp, 1 ... 4) around call(Q, K, V, O, LSE, stream) on
+// the device copies: Q, O hold nq elements, K and V nkv each, LSE nl; `extra` more bytes must fit
+// (workspace, the cache's arrays); setup(stream) runs once the GPU is known to be usable, before
+// the first call (to upload whatever else the call reads).
+using DeviceCall = std::function<void(const void* Q, const void* K, const void* V, void* O, float* LSE, cudaStream_t)>;
+void forward_on_gpu(DType dtype, int64_t nq, int64_t nkv, int64_t nl, int64_t extra, const float* Q, const float* K,
+                    const float* V, float* O, float* LSE, const std::function<void(cudaStream_t)>& setup,
+                    const DeviceCall& call) {
+  check_dtype_range(Q, nq, dtype, "--q");  // depends on the input alone: before the GPU check
+  check_dtype_range(K, nkv, dtype, "--k");
+  check_dtype_range(V, nkv, dtype, "--v");
+  require_gpu();
+  const int64_t eb = dtype_bytes(dtype);
+  check_fits(eb * (2 * nq + 2 * nkv) + 4 * nl + extra);
+
+  cudaStream_t stream = nullptr;  // the default stream: one run at a time, in order
+  DeviceBuffer<uint8_t> dQ(eb * nq, Mem::Io, stream), dK(eb * nkv, Mem::Io, stream),
+      dV(eb * nkv, Mem::Io, stream), dO(eb * nq, Mem::Io, stream);
+  DeviceBuffer<float> dLSE(nl, Mem::Io, stream);
+  {
+    Pinned stage(eb * std::max(nq, nkv));
+    upload(dtype, Q, nq, dQ.get(), stage, stream);
+    upload(dtype, K, nkv, dK.get(), stage, stream);
+    upload(dtype, V, nkv, dV.get(), stage, stream);
+  }
+  if (setup) setup(stream);
+  // A first, untimed call loads the kernel's module and creates library handles, so the timed
+  // call below measures the kernel alone.
+  call(dQ.get(), dK.get(), dV.get(), dO.get(), dLSE.get(), stream);
+  FA_CUDA_CHECK(cudaGetLastError());
+  // Then poison the outputs: all bits set is a NaN in fp32, fp16 and bf16 alike, so an element
+  // the timed call does not write shows as NaN.
+  FA_CUDA_CHECK(cudaMemsetAsync(dO.get(), 0xFF, size_t(dO.bytes()), stream));
+  FA_CUDA_CHECK(cudaMemsetAsync(dLSE.get(), 0xFF, size_t(dLSE.bytes()), stream));
+
+  EventTimer timer(stream);
+  call(dQ.get(), dK.get(), dV.get(), dO.get(), dLSE.get(), stream);
+  FA_CUDA_CHECK(cudaGetLastError());
+  devstats::set_last_ms(timer.stop());
+  FA_CUDA_CHECK(cudaStreamSynchronize(stream));
+
+  download(dtype, dO.get(), nq, O, stream);
+  FA_CUDA_CHECK(cudaMemcpyAsync(LSE, dLSE.get(), size_t(dLSE.bytes()), cudaMemcpyDeviceToHost, stream));
+  FA_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+}  // namespace
+
 ForwardFn gpu_forward(DeviceForwardFn f, DType dtype, WorkspaceFn workspace) {
   return [f = std::move(f), dtype, workspace = std::move(workspace)](
              const AttnProblem& p, const float* Q, const float* K, const float* V, float* O,
              float* LSE) {
-    const int64_t nq = p.q_elems(), nkv = p.kv_elems(), nl = p.lse_elems();
-    check_dtype_range(Q, nq, dtype, "--q");  // depends on the input alone: before the GPU check
-    check_dtype_range(K, nkv, dtype, "--k");
-    check_dtype_range(V, nkv, dtype, "--v");
-    require_gpu();
-    const int64_t eb = dtype_bytes(dtype);
-    check_fits(eb * (2 * nq + 2 * nkv) + 4 * nl + (workspace ? workspace(p, dtype) : 0));
+    forward_on_gpu(dtype, p.q_elems(), p.kv_elems(), p.lse_elems(), workspace ? workspace(p, dtype) : 0, Q, K, V, O,
+                   LSE, {}, [&](const void* dQ, const void* dK, const void* dV, void* dO, float* dLSE, cudaStream_t s) {
+                     f(p, dtype, dQ, dK, dV, dO, dLSE, s);
+                   });
+  };
+}
 
-    cudaStream_t stream = nullptr;  // the default stream: one run at a time, in order
-    DeviceBuffer<uint8_t> dQ(eb * nq, Mem::Io, stream), dK(eb * nkv, Mem::Io, stream),
-        dV(eb * nkv, Mem::Io, stream), dO(eb * nq, Mem::Io, stream);
-    DeviceBuffer<float> dLSE(nl, Mem::Io, stream);
-    {
-      Pinned stage(eb * std::max(nq, nkv));
-      upload(dtype, Q, nq, dQ.get(), stage, stream);
-      upload(dtype, K, nkv, dK.get(), stage, stream);
-      upload(dtype, V, nkv, dV.get(), stage, stream);
-    }
-    // A first, untimed call loads the kernel's module and creates library handles, so the timed
-    // call below measures the kernel alone.
-    f(p, dtype, dQ.get(), dK.get(), dV.get(), dO.get(), dLSE.get(), stream);
-    FA_CUDA_CHECK(cudaGetLastError());
-    // Then poison the outputs: all bits set is a NaN in fp32, fp16 and bf16 alike, so an element
-    // the timed call does not write shows as NaN.
-    FA_CUDA_CHECK(cudaMemsetAsync(dO.get(), 0xFF, size_t(dO.bytes()), stream));
-    FA_CUDA_CHECK(cudaMemsetAsync(dLSE.get(), 0xFF, size_t(dLSE.bytes()), stream));
-
-    EventTimer timer(stream);
-    f(p, dtype, dQ.get(), dK.get(), dV.get(), dO.get(), dLSE.get(), stream);
-    FA_CUDA_CHECK(cudaGetLastError());
-    devstats::set_last_ms(timer.stop());
-    FA_CUDA_CHECK(cudaStreamSynchronize(stream));
-
-    download(dtype, dO.get(), nq, O, stream);
-    FA_CUDA_CHECK(cudaMemcpyAsync(LSE, dLSE.get(), size_t(dLSE.bytes()), cudaMemcpyDeviceToHost, stream));
-    FA_CUDA_CHECK(cudaStreamSynchronize(stream));
+CacheForwardFn gpu_forward_cache(DeviceCacheForwardFn f, DType dtype, CacheWorkspaceFn workspace) {
+  return [f = std::move(f), dtype, workspace = std::move(workspace)](
+             const AttnProblem& p, const KvCacheHost& c, const float* Q, const float* K, const float* V,
+             float* O, float* LSE) {
+    // The lengths and the table travel as int32 device arrays (inputs, like Q: not extra memory).
+    DeviceBuffer<int32_t> lens, table;
+    const auto setup = [&](cudaStream_t s) {
+      const auto to_device = [&](const std::vector<int32_t>& x, DeviceBuffer<int32_t>& d) {
+        if (x.empty()) return;
+        d = DeviceBuffer<int32_t>(int64_t(x.size()), Mem::Io, s);
+        FA_CUDA_CHECK(cudaMemcpyAsync(d.get(), x.data(), x.size() * sizeof(int32_t), cudaMemcpyHostToDevice, s));
+        FA_CUDA_CHECK(cudaStreamSynchronize(s));
+      };
+      to_device(c.lens, lens);
+      to_device(c.table, table);
+    };
+    const int64_t ints = 4 * int64_t(c.lens.size() + c.table.size());
+    forward_on_gpu(dtype, p.q_elems(), cache_elems(p, c), p.lse_elems(), ints + (workspace ? workspace(p, c, dtype) : 0),
+                   Q, K, V, O, LSE, setup,
+                   [&](const void* dQ, const void* dK, const void* dV, void* dO, float* dLSE, cudaStream_t s) {
+                     f(p, c, dtype, dQ, dK, dV, dO, dLSE, c.has_lens() ? lens.get() : nullptr,
+                       c.paged() ? table.get() : nullptr, s);
+                   });
   };
 }
 

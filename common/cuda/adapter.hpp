@@ -19,6 +19,7 @@
 
 #include "dtype.hpp"
 #include "harness.hpp"
+#include "kv_cache.hpp"
 #include "stage.hpp"
 
 namespace fa {
@@ -50,6 +51,18 @@ void check_dtype_range(const Inputs& in, DType t);
 // dtype's range (check_dtype_range), when there is no usable GPU, or when inputs, outputs and
 // workspace exceed the GPU's free memory (in that order); CudaError when CUDA fails.
 ForwardFn gpu_forward(DeviceForwardFn f, DType dtype, WorkspaceFn workspace = {});
+
+// A forward on a KV cache on the GPU (kv_cache.hpp): as DeviceForwardFn, but K and V are the
+// cache (cache_elems() elements each), and lens ([B]) and table ([B, pages_per_seq]) are int32
+// device copies of the cache's arrays (nullptr where it has none). c gives their sizes.
+using DeviceCacheForwardFn = std::function<void(const AttnProblem& p, const KvCacheHost& c, DType dtype,
+                                                const void* Q, const void* K, const void* V, void* O, float* LSE,
+                                                const int32_t* lens, const int32_t* table, cudaStream_t stream)>;
+using CacheWorkspaceFn = std::function<int64_t(const AttnProblem& p, const KvCacheHost& c, DType dtype)>;
+
+// The CacheForwardFn for f in `dtype`: gpu_forward's steps, with the lengths and the table
+// uploaded beside Q, K, V. Throws as gpu_forward.
+CacheForwardFn gpu_forward_cache(DeviceCacheForwardFn f, DType dtype, CacheWorkspaceFn workspace = {});
 
 // The BackwardFn for f in `dtype`, the same way: Q, K, V, O, dO rounded to the dtype and uploaded
 // (LSE as float32), a warm-up call, dQ, dK, dV poisoned with NaN, a timed call, the gradients
