@@ -6,8 +6,8 @@
 
 What runs (kernel="auto"):
     CPU float32           stage 04's tiled forward (libfa04.so), stage 06's CPU backward (libfa06.so)
-    CUDA fp16 / bf16      stage 05's fastest kernel for the head dim (v12 at d = 128, v9 at d = 64,
-                          v1 elsewhere), stage 06's fastest backward (fa06_runs("auto"))
+    CUDA fp16 / bf16      stage 05's auto (v13 at every head dim on Hopper, v14 for decode shapes),
+                          stage 06's fastest backward (fa06_runs("auto"))
     CUDA float32          stage 05's v1 and stage 06's gpu_v1
     o = fa_course.decode(q, k_cache, v_cache, cache_lens=lens, block_table=table)  # a KV cache (v14)
 The op is fa_course::attention_fwd (returns O and LSE) with its backward fa_course::attention_bwd,
