@@ -327,12 +327,12 @@ void check_backward_battery(const BackwardFn& f, bool is_stage01, const ForwardF
   for (const Case& c : backward_battery()) check_backward_case(f, c, is_stage01, forward, st);
 }
 
-void check_variant_forward_battery(const ForwardFn& f, bool is_stage01) {
-  for (const Case& c : variant_battery()) check_forward_case(f, c, is_stage01);
+void check_variant_forward_battery(const ForwardFn& f, bool is_stage01, Storage st) {
+  for (const Case& c : variant_battery()) check_forward_case(f, c, is_stage01, st);
 }
 
-void check_variant_backward_battery(const BackwardFn& f, bool is_stage01, const ForwardFn& forward) {
-  for (const Case& c : variant_backward_battery()) check_backward_case(f, c, is_stage01, forward);
+void check_variant_backward_battery(const BackwardFn& f, bool is_stage01, const ForwardFn& forward, Storage st) {
+  for (const Case& c : variant_backward_battery()) check_backward_case(f, c, is_stage01, forward, st);
 }
 
 void check_backward_case(const BackwardFn& f, const Case& c, bool is_stage01, const ForwardFn& forward, Storage st) {

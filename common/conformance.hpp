@@ -58,8 +58,9 @@ std::vector<Case> backward_battery();
 // The variant battery (issue 34: sliding windows and softcaps, all through GQA): windows of 0
 // and 1 key, below a block, across block edges, asymmetric, one-sided, with causal, with
 // N_q != N_k (rows that see no key included), wider than N; softcaps 1 to 50 on logits of 30 and
-// 100; both together; real-model inputs. Only the CPU stages run it: the GPU kernels refuse a
-// window or a softcap (05's plan(), 06's backward_plan()), so forward_battery() holds none.
+// 100; both together; real-model inputs. The CPU stages run it, and the GPU kernels that take a
+// window and a softcap (the others refuse them in 05's plan(), 06's backward_plan()), so
+// forward_battery() holds none.
 std::vector<Case> variant_battery();
 // Its subset small enough for the materialised backward (N_q N_k <= 500^2).
 std::vector<Case> variant_backward_battery();
@@ -91,8 +92,9 @@ void check_forward_battery(const ForwardFn& f, bool is_stage01 = false, Storage 
 // One case (used by the battery and by stage-specific tests).
 void check_forward_case(const ForwardFn& f, const Case& c, bool is_stage01 = false, Storage st = {});
 
-// The same rule over the variant battery (float32 CPU stages).
-void check_variant_forward_battery(const ForwardFn& f, bool is_stage01 = false);
+// The same rule over the variant battery (the CPU stages in float32; the GPU kernels that take a
+// window and a softcap in their storage type st, as check_forward_battery).
+void check_variant_forward_battery(const ForwardFn& f, bool is_stage01 = false, Storage st = {});
 
 // Same for a backward: dQ, dK, dV against the float64 reference backward, with stage 01's backward
 // error as the baseline. `forward` (a backward from O and LSE: stage 06 and later) gives the O and
@@ -105,8 +107,9 @@ void check_variant_forward_battery(const ForwardFn& f, bool is_stage01 = false);
 // the gradients in the dtype), in place of the float32-LSE term it includes.
 void check_backward_battery(const BackwardFn& f, bool is_stage01 = false, const ForwardFn& forward = {},
                             Storage st = {});
-// The same over the variant backward battery (float32 CPU backwards).
-void check_variant_backward_battery(const BackwardFn& f, bool is_stage01 = false, const ForwardFn& forward = {});
+// The same over the variant backward battery (float32 CPU backwards; GPU backwards in st).
+void check_variant_backward_battery(const BackwardFn& f, bool is_stage01 = false, const ForwardFn& forward = {},
+                                    Storage st = {});
 // One case (used by the battery and by stage-specific tests).
 void check_backward_case(const BackwardFn& f, const Case& c, bool is_stage01 = false, const ForwardFn& forward = {},
                          Storage st = {});
