@@ -38,6 +38,11 @@ TEST_CASE("01_naive backward: variant battery vs the float64 reference backward"
   fa::check_variant_backward_battery(naive::backward<float>, /*is_stage01=*/true);
 }
 
+TEST_CASE("01_naive forward and backward: packed variable-length batches (varlen battery) vs float64") {
+  fa::check_varlen_forward_battery(naive::forward<float>, /*is_stage01=*/true);
+  fa::check_varlen_backward_battery(naive::backward<float>, /*is_stage01=*/true);
+}
+
 TEST_CASE("01_naive backward in float64 equals central finite differences") {
   for (bool causal : {false, true}) {
     fa::AttnProblem p;
