@@ -214,7 +214,7 @@ void forward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, T* O,
         // first bn rows of Vj (and columns of P).
         // GQA: query head h reads kv head h / (H / H_kv) (problem.hpp's kv_offset).
         int64_t kv = p.kv_offset(b, h, c0);
-        FA_ZOO(KV_HEAD_MOD, kv = ((b * p.H_kv + h % p.H_kv) * p.N_k + c0) * d);  // zoo: kv head h % H_kv
+        FA_ZOO(KV_HEAD_MOD, kv = p.kv_offset(b, h % p.H_kv * (p.H / p.H_kv), c0));  // zoo: kv head h % H_kv
         const T* Kj = K + kv;
         const T* Vsrc = V + kv;  // rows c0 .. c0 + bn - 1, ldkv apart (d, or H_kv d token-major)
         transpose_k(Kj, ldkv, bn, d, Kt.data(), ldk);
