@@ -165,7 +165,9 @@ def _scale_arg(scale):
 
 
 def kernels_for(device, dtype, d, kernel="auto"):
-    """(forward kernel, backward kernel) names that run for this device, dtype and head dim."""
+    """(forward kernel, backward kernel) names that run for this device, dtype and head dim, without a
+    window or softcap (with one, the GPU forward's "auto" is v13 on Hopper, v1 elsewhere and in fp32:
+    stage 05's plan; the backward's is stage 06's plan's)."""
     fwd, _, bwd = kernel.partition(",")
     bwd = bwd or "auto"
     if torch.device(device).type == "cpu":
