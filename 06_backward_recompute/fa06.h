@@ -79,8 +79,8 @@ FA06_API int fa06_backward(const char* kernel, const void* Q, const void* K, con
 /* As fa06_backward, with a window and a softcap (arguments as fa06_backward_cpu_variant's), on
  * the kernels whose plan takes them. A bad value: FA06_INVALID_ARGUMENT naming "--window" or
  * "--softcap", as are the refusals fa06_backward makes (kernel, dtype, d, pointers). A valid window
- * or softcap the kernel's plan does not take: FA06_UNSUPPORTED with the plan's line (the GPU
- * backward took neither when this was written; the CPU one does). Checked before any kernel runs.
+ * or softcap the kernel's plan does not take: FA06_UNSUPPORTED with the plan's line (the CPU
+ * backward takes both). Checked before any kernel runs.
  * Without CUDA in the build: FA06_UNSUPPORTED. */
 FA06_API int fa06_backward_variant(const char* kernel, const void* Q, const void* K, const void* V,
                                    const void* O, const void* dO, const float* LSE, void* dQ, void* dK,

@@ -8,7 +8,7 @@ closer). Also: the op
 runs on the caller's current stream, and torch.compile(fullgraph=True) of a module using it.
 With a window or a softcap (issue 34) the reference is util.variant_reference (written out: SDPA has
 no softcap), in float64 and, as the baseline, in the dtype; the forward runs v13 and auto in bf16
-and v1 in float32, the backward whatever stage 06's plan takes (none before it took windows: then
+and v1 in float32, the backward whatever stage 06's GPU plan takes (where it refuses them,
 test_variant_backward fails with the plan's NotImplementedError, as it should).
 Exits 77 (ctest: skipped) without a GPU."""
 import os
@@ -130,8 +130,8 @@ class Gpu(unittest.TestCase):
             torch.library.opcheck(torch.ops.fa_course.attention_fwd.default, args)
 
     def test_variant_backward(self):
-        """The gradients with windows and softcaps. Stage 06's GPU plan refused both when this test
-        was written (FA06_UNSUPPORTED: NotImplementedError): it fails until the GPU backward takes them."""
+        """The gradients with windows and softcaps, bf16 and fp32, through stage 06's GPU backward
+        (a plan that refuses them raises NotImplementedError, FA06_UNSUPPORTED: a failure here)."""
         for dtype in (torch.bfloat16, torch.float32):
             for c in VARIANT_CASES:
                 with self.subTest(dtype=dtype, case=c):
