@@ -212,7 +212,8 @@ def ring_forward(q, k, v, causal, scale, layout, group, kernel):
         st = step_plan(rank, src, world, n, causal, layout)
         if st is not None:
             O_s, LSE_s = torch.ops.fa_course.attention_fwd(q[:, :, st.q_rows], k_cur[:, :, st.kv_rows],
-                                                           v_cur[:, :, st.kv_rows], st.causal, scale, kernel)
+                                                           v_cur[:, :, st.kv_rows], causal=st.causal,
+                                                           scale=scale, kernel=kernel)
             merge_(O[:, :, st.q_rows], LSE[:, :, st.q_rows], O_s, LSE_s)
         if s < world - 1:
             _wait(reqs)
@@ -243,7 +244,7 @@ def ring_backward(dO, q, k, v, O, LSE, causal, scale, layout, group, kernel):
             rows = st.q_rows
             dq, dk, dv = torch.ops.fa_course.attention_bwd(
                 dO[:, :, rows], q[:, :, rows], k_cur[:, :, st.kv_rows], v_cur[:, :, st.kv_rows],
-                O[:, :, rows], LSE[:, :, rows], st.causal, scale, kernel)
+                O[:, :, rows], LSE[:, :, rows], causal=st.causal, scale=scale, kernel=kernel)
             dQ[:, :, rows] += dq
             dK_blk[:, :, st.kv_rows] += dk
             dV_blk[:, :, st.kv_rows] += dv
@@ -267,6 +268,7 @@ class _RingAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, causal, scale, layout, group, kernel):
+        q, k, v = (t.contiguous() for t in (q, k, v))  # sent as they are: the hops need dense tensors
         O, LSE = ring_forward(q, k, v, causal, scale, layout, group, kernel)
         ctx.save_for_backward(q, k, v, O, LSE)
         ctx.args = (causal, scale, layout, group, kernel)

@@ -137,6 +137,22 @@ def bad_setups(rank, world, fail):
         fail(f"rank {rank}: the ranks' messages differ: {everyone}")
 
 
+def strided_inputs(rank, world, fail):
+    """Q, K, V as a model's projection gives them, [B, n, H, d] viewed as [B, H, n, d] (strided):
+    the same O and gradients as from contiguous copies (the hops need dense tensors)."""
+    g = torch.Generator().manual_seed(11 + rank)
+    base = torch.randn(1, 12, 2, 8, generator=g)
+    xs = [base.transpose(1, 2).requires_grad_() for _ in range(3)]  # q = k = v: one strided view each
+    dense = [base.transpose(1, 2).contiguous().requires_grad_() for _ in range(3)]
+    outs = []
+    for ins in (xs, dense):
+        O = ring.ring_attention(*ins, causal=True)
+        O.backward(torch.ones_like(O))
+        outs.append([O.detach()] + [t.grad for t in ins])
+    if any(not torch.equal(a, b) for a, b in zip(*outs)):
+        fail(f"rank {rank}: strided inputs give another result than their contiguous copies")
+
+
 def mutants(rank, world, fail):
     """The rule can fail: two wrong rings, each must exceed the bound on some rank."""
     case = (1, 2, 2, 48, 16, True, "zigzag", None)
@@ -176,6 +192,7 @@ def worker(rank, world, store, job):
                          lambda: ring.ring_attention(x, x, x))
         else:
             bad_setups(rank, world, failures.append)
+            strided_inputs(rank, world, failures.append)
             worst = {}
             for n, case in enumerate(CASES[world]):
                 for name, err in check_case(rank, world, case, 100 + n, failures.append).items():
