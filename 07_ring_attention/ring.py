@@ -324,6 +324,11 @@ def _render(row, i):
     return "another kernel name"
 
 
+def _shown(x):
+    return f"{list(x.shape)} {str(x.dtype).replace('torch.', '')} on {x.device}" if isinstance(x, torch.Tensor) \
+        else type(x).__name__
+
+
 _FIELD_NAMES = ["q"] * 7 + ["k"] * 7 + ["v"] * 7 + ["causal", "scale", "layout", "kernel"]
 
 
