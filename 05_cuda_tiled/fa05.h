@@ -52,7 +52,7 @@ FA05_API int fa05_forward(const char* kernel, const void* Q, const void* K, cons
  *     (-1: that side unbounded; with causal the right side is 0). -1, -1 is no window.
  *   softcap: c > 0 replaces each scaled score s by c tanh(s / c) before the softmax (Gemma 2);
  *     0 for none.
- * Kernels "v1" and "v13" take them, and "auto" (which runs one of them); the others return
+ * Kernels "v1", "v13" and "v14" take them, and "auto" (which runs one of them); the others return
  * FA05_UNSUPPORTED. A side below -1 or a softcap < 0 or not finite: FA05_INVALID_ARGUMENT.
  * Returns an fa05_status. */
 FA05_API int fa05_forward_variant(const char* kernel, const void* Q, const void* K, const void* V, void* O,

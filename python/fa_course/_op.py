@@ -227,7 +227,7 @@ def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
         fwd, _ = kernels_for(q.device, q.dtype, d, kernel)
         lib05, sizes = _lib.lib("fa05"), (B, H, H_kv, N_q, N_k, d, _DTYPE_CODE[q.dtype], int(causal), scale)
         with torch.cuda.device(q.device):
-            if variant:  # the kernel asked for ("auto": its plan picks one that takes the window, v13 or v1)
+            if variant:  # the kernel asked for ("auto": its plan picks one that takes the window: v13, v14 or v1)
                 s = lib05.fa05_forward_variant(kernel.partition(",")[0].encode(), *ptrs, *sizes, window_left,
                                                window_right, softcap, _stream(q))
             else:
