@@ -95,13 +95,10 @@ int guarded(F f) {
 
 extern "C" {
 
-int fa05_forward(const char* kernel, const void* Q, const void* K, const void* V, void* O, float* LSE,
-                 int64_t B, int64_t H, int64_t H_kv, int64_t N_q, int64_t N_k, int64_t d, int dtype,
-                 int causal, float scale, void* stream) {
-  g_error.clear();
-  fa::AttnProblem p;
-  fa::DType t;
-  if (int s = make_problem(kernel, B, H, H_kv, N_q, N_k, d, dtype, causal, scale, p, t)) return s;
+namespace {
+// fa05_forward and fa05_forward_variant once the problem is made.
+int forward_problem(const char* kernel, const void* Q, const void* K, const void* V, void* O, float* LSE,
+                    const fa::AttnProblem& p, fa::DType t, void* stream) {
   if (!Q || !K || !V || !O || !LSE)
     return fail(FA05_INVALID_ARGUMENT, "Q, K, V, O, LSE: expected device pointers, found NULL");
   // What needs no GPU first (the problem, the pointers' alignment), then the GPU and the memory.
@@ -116,6 +113,30 @@ int fa05_forward(const char* kernel, const void* Q, const void* K, const void* V
   return guarded([&] {
     fa05::forward(kernel, p, t, Q, K, V, O, LSE, fa05::Config{}, static_cast<cudaStream_t>(stream));
   });
+}
+}  // namespace
+
+int fa05_forward(const char* kernel, const void* Q, const void* K, const void* V, void* O, float* LSE,
+                 int64_t B, int64_t H, int64_t H_kv, int64_t N_q, int64_t N_k, int64_t d, int dtype,
+                 int causal, float scale, void* stream) {
+  g_error.clear();
+  fa::AttnProblem p;
+  fa::DType t;
+  if (int s = make_problem(kernel, B, H, H_kv, N_q, N_k, d, dtype, causal, scale, p, t)) return s;
+  return forward_problem(kernel, Q, K, V, O, LSE, p, t, stream);
+}
+
+int fa05_forward_variant(const char* kernel, const void* Q, const void* K, const void* V, void* O, float* LSE,
+                         int64_t B, int64_t H, int64_t H_kv, int64_t N_q, int64_t N_k, int64_t d, int dtype,
+                         int causal, float scale, int64_t window_left, int64_t window_right, float softcap,
+                         void* stream) {
+  g_error.clear();
+  fa::AttnProblem p;
+  fa::DType t;
+  if (int s = make_problem(kernel, B, H, H_kv, N_q, N_k, d, dtype, causal, scale, p, t)) return s;
+  p.window_left = window_left, p.window_right = window_right, p.softcap = softcap;
+  if (int s = guarded([&] { fa::validate(p); })) return s;  // a side below -1, a softcap < 0 or not finite
+  return forward_problem(kernel, Q, K, V, O, LSE, p, t, stream);
 }
 
 int fa05_forward_kvcache(const char* kernel, const void* Q, const void* K, const void* V, void* O,

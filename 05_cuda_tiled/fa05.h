@@ -46,6 +46,19 @@ FA05_API int fa05_forward(const char* kernel, const void* Q, const void* K, cons
                  int64_t B, int64_t H, int64_t H_kv, int64_t N_q, int64_t N_k, int64_t d, int dtype,
                  int causal, float scale, void* stream);
 
+/* As fa05_forward, with a sliding window and a softcap (issue 34; docs/math.md section 8):
+ *   window_left, window_right: query i sees key j iff
+ *       i + N_k - N_q - window_left <= j <= i + N_k - N_q + window_right
+ *     (-1: that side unbounded; with causal the right side is 0). -1, -1 is no window.
+ *   softcap: c > 0 replaces each scaled score s by c tanh(s / c) before the softmax (Gemma 2);
+ *     0 for none.
+ * Kernels "v1" and "v13" take them, and "auto" (which runs one of them); the others return
+ * FA05_UNSUPPORTED. A side below -1 or a softcap < 0 or not finite: FA05_INVALID_ARGUMENT.
+ * Returns an fa05_status. */
+FA05_API int fa05_forward_variant(const char* kernel, const void* Q, const void* K, const void* V, void* O,
+                         float* LSE, int64_t B, int64_t H, int64_t H_kv, int64_t N_q, int64_t N_k,
+                         int64_t d, int dtype, int causal, float scale, int64_t window_left,
+                         int64_t window_right, float softcap, void* stream);
 /* Decode on a KV cache (issue 33; common/kv_cache.hpp gives the semantics), kernel "v14" or
  * "auto" (which runs v14 here), fp16 or bf16. As fa05_forward, with N_k the cache's capacity per
  * sequence, and:

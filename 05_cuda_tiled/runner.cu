@@ -614,18 +614,23 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
 Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const Config& cfg,
           const KvCache& cache) {
   fa::validate(p);
-  // Issue 34: the CPU stages take a window and a softcap; the kernels refuse them, not ignore them.
-  if (p.has_window())
-    throw Unsupported("--window", "no window on the GPU yet (CPU stages 01-04 and 06 take one)",
-                      std::to_string(p.window_left) + "," + std::to_string(p.window_right));
-  if (p.softcap > 0.f)
-    throw Unsupported("--softcap", "no softcap on the GPU yet (CPU stages 01-04 and 06 take one)", std::to_string(p.softcap));
+  // Issue 34: v1 and v13 take a sliding window and a softcap (math.md section 8; the kernels'
+  // headers say how); the other kernels refuse them, never ignore them.
+  const bool variant = p.has_window() || p.softcap > 0.f;
+  const std::string variant_flag = p.has_window() ? "--window" : "--softcap";
+  const std::string variant_value = p.has_window() ? std::to_string(p.window_left) + "," + std::to_string(p.window_right)
+                                                   : std::to_string(p.softcap);
+  if (variant && cache.any())
+    throw Unsupported(variant_flag, "no KV cache with it (v14, which reads the cache, takes no window or softcap yet)",
+                      variant_value);
   std::string name = kernel;  // the kernel asked for, once "auto" is resolved
   Plan pl;
   if (kernel == "auto") {
-    const AutoChoice choice = cache.any() && dtype != fa::DType::fp32
-                                  ? AutoChoice{"v14", "a KV cache: v14 is the kernel that reads one"}
-                                  : auto_kernel(p, dtype, cfg);
+    AutoChoice choice = cache.any() && dtype != fa::DType::fp32
+                            ? AutoChoice{"v14", "a KV cache: v14 is the kernel that reads one"}
+                            : auto_kernel(p, dtype, cfg);
+    if (variant && choice.kernel == "v14")
+      choice = {"v13", "decode with a window or softcap: v13 takes them, v14 not yet"};
     name = choice.kernel;
     pl.note = "auto: " + choice.kernel + " (" + choice.why + ")";
   }
@@ -686,6 +691,13 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
     }
     if (info.persistent && !kernel_info(pl.runs).persistent && cfg.persistent_blocks > 0)
       add_note("--persistent-blocks does not apply to " + pl.runs);
+  }
+  if (variant && pl.runs != "v1" && pl.runs != "v13") {
+    if (kernel != "auto")
+      throw Unsupported(variant_flag, "kernel v1, v13 or auto (the kernels that take a window and a softcap)",
+                        "kernel " + asked + (pl.runs != name ? ", which runs " + pl.runs + " here" : ""));
+    add_note(pl.runs + " takes no window or softcap: ran v1");  // auto off Hopper: v5 would run
+    pl.runs = "v1";
   }
   // The knobs mean nothing to the other kernels: refuse them rather than ignore them. v1 takes
   // all three; v5, v6 and v7 take a block shape they are compiled for (--block-q, --block-k).

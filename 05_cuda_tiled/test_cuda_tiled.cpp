@@ -131,6 +131,53 @@ TEST_CASE("05 v14: every native width and padded ones, ragged, causal, GQA, fp16
   check_widths("v14", {32, 64, 96, 128, 192, 256, 8, 40, 59, 80, 200});
 }
 
+// Issue 34's variants: the variant battery (windows of 0 and 1 key, below a block, across block
+// edges, asymmetric, one-sided, with causal, N_q != N_k; softcaps 1 to 50 on logits of 30 and 100;
+// both; real inputs) by the battery's rule, on the kernels that take them: v1 (every dtype) and
+// v13 (fp16, bf16), and auto. Its cases are at d = 16 ... 64; the width test below takes v13's
+// other widths through windows that cross its 128 x 128 and 128 x 64 blocks at ragged N.
+TEST_CASE("05 v1: variant battery (sliding window, softcap) in fp32, fp16 and bf16") {
+  for (fa::DType t : kDtypes) {
+    INFO("dtype " << std::string(fa::dtype_name(t)));
+    fa::check_variant_forward_battery(stage_05_forward("v1", t), false, storage("v1", t));
+  }
+}
+TEST_CASE("05 v13 and auto: variant battery (sliding window, softcap) in fp16 and bf16") {
+  for (const char* k : {"v13", "auto"})
+    for (fa::DType t : {fa::DType::fp16, fa::DType::bf16}) {
+      if (std::string(k) == "v13" && !runs_itself(k)) continue;  // v13 off sm_90 would run v5, which refuses the variants
+      INFO(k << " dtype " << std::string(fa::dtype_name(t)));
+      fa::check_variant_forward_battery(stage_05_forward(k, t), false, storage(k, t));
+    }
+}
+TEST_CASE("05 v13: windows across its blocks and softcaps at every native width, ragged, GQA") {
+  // (N_q, N_k, left, right, causal, softcap): a band narrower than a block, one wider than two, a
+  // left-only band with causal (the common sliding window), asymmetric with N_q < N_k and N_q > N_k
+  // (rows left of key 0 see nothing), and a softcap alone and with a window.
+  struct V {
+    int64_t n_q, n_k, left, right;
+    bool causal;
+    float softcap;
+  };
+  const V vs[] = {{300, 300, 20, 20, false, 0.f},   {700, 700, 300, 0, true, 0.f},  {1000, 1000, 129, -1, true, 0.f},
+                  {257, 900, 100, 60, false, 0.f}, {900, 257, 70, 10, false, 0.f}, {333, 333, -1, -1, true, 15.f},
+                  {513, 513, 200, -1, true, 30.f}};
+  if (!runs_itself("v13")) {
+    MESSAGE("v13 runs v5 on this GPU, which takes no window: nothing to test");
+    return;
+  }
+  for (int64_t d : {32, 64, 96, 128, 192, 256, 80})
+    for (const V& v : vs) {
+      fa::AttnProblem p = fa::make_problem(2, 4, 2, v.n_q, v.n_k, d, v.causal);
+      p.window_left = v.left, p.window_right = v.right, p.softcap = v.softcap;
+      const fa::Case c{"v13 variant d " + std::to_string(d), p, v.softcap > 0 ? fa::Fill::Logits100 : fa::Fill::HighDims};
+      for (fa::DType t : {fa::DType::fp16, fa::DType::bf16}) {
+        CHECK(fa05::plan("v13", c.p, t).runs == expected_runs("v13", d));
+        fa::check_forward_case(stage_05_forward("v13", t), c, false, storage("v13", t));
+      }
+    }
+}
+
 // Decode: 1 to 16 query rows against a long cache, through GQA (1, 4 and 8 query heads per kv
 // head: one row tile, or several), causal with N_q > 1 (bottom-right: speculative decoding), at
 // the split count plan() picks and at forced ones (1: no merge; 2, 7; one split per 64-key tile,

@@ -768,6 +768,21 @@ TEST_CASE("05 C ABI: kernels listed; bad arguments answered with a status, no GP
   CHECK(fa05_workspace_bytes("v1", 1, 2, 1, 10, 20, 8, FA05_BF16, 0, &bytes) == FA05_OK);
   CHECK(bytes == 0);
   CHECK(fa05_workspace_bytes("v1", 1, 2, 1, 10, 20, 8, FA05_BF16, 0, nullptr) == FA05_INVALID_ARGUMENT);
+  // fa05_forward_variant: a window side below -1, a negative or NaN softcap, each named; a kernel
+  // that takes no variant is refused as unsupported. All before the GPU (there is none here).
+  const auto variant = [&](const char* k, int64_t left, int64_t right, float cap) {
+    return fa05_forward_variant(k, a16, a16, a16, a16, lse, 1, 1, 1, 8, 8, 64, FA05_BF16, 0, 0.f, left, right, cap,
+                                nullptr);
+  };
+  CHECK(variant("v1", -2, 4, 0.f) == FA05_INVALID_ARGUMENT);
+  CHECK(std::string(fa05_last_error()).find("--window") != std::string::npos);
+  CHECK(variant("v1", -1, -1, -1.f) == FA05_INVALID_ARGUMENT);
+  CHECK(std::string(fa05_last_error()).find("--softcap") != std::string::npos);
+  CHECK(variant("v1", -1, -1, NAN) == FA05_INVALID_ARGUMENT);
+  CHECK(variant("v12", 16, 0, 0.f) == FA05_UNSUPPORTED);
+  CHECK(std::string(fa05_last_error()).find("--window") != std::string::npos);
+  CHECK(variant("cublas", -1, -1, 30.f) == FA05_UNSUPPORTED);
+  CHECK(std::string(fa05_last_error()).find("--softcap") != std::string::npos);
 }
 
 TEST_CASE("05 C ABI: libfa05.so exports fa05_* and nothing else") {
@@ -786,7 +801,7 @@ TEST_CASE("05 C ABI: libfa05.so exports fa05_* and nothing else") {
     }
   }
   CHECK(pclose(nm) == 0);
-  CHECK(fa05 == 9);  // the nine functions of fa05.h
+  CHECK(fa05 == 10);  // the ten functions of fa05.h
   CHECK(other == 0);
 }
 
@@ -938,17 +953,35 @@ TEST_CASE("05 program: bad KV cache input, one line naming the flag and exit cod
   std::filesystem::remove_all(dir);
 }
 
-// Issue 34: the CPU stages take a sliding window and a softcap; every kernel (auto included)
-// refuses them, naming the flag, rather than computing full attention.
-TEST_CASE("05 plan: a window or a softcap is refused on the GPU (CPU stages only, so far)") {
-  for (const char* k : {"auto", "v1", "v2", "v13", "cublas"}) {
-    INFO("kernel " << k);
-    fa::AttnProblem w = fa::make_problem(1, 2, 1, 64, 64, 64, true);
-    w.window_left = 16;
-    CHECK_THROWS_WITH_AS(fa05::plan(k, w, fa::DType::bf16), doctest::Contains("--window"), fa05::Unsupported);
-    fa::AttnProblem c = fa::make_problem(1, 2, 1, 64, 64, 64, false);
-    c.softcap = 30.f;
-    CHECK_THROWS_WITH_AS(fa05::plan(k, c, fa::DType::bf16), doctest::Contains("--softcap"), fa05::Unsupported);
+// Issue 34: v1 and v13 take a sliding window and a softcap; auto runs one of them (v13 on Hopper
+// in 16 bits, also for decode shapes where it would pick v14; v1 for fp32); every other kernel,
+// and a KV cache, refuse them, naming the flag, rather than computing full attention.
+TEST_CASE("05 plan: a window or a softcap runs v1 or v13; the other kernels refuse them") {
+  fa::AttnProblem w = fa::make_problem(1, 2, 1, 64, 64, 64, true);
+  w.window_left = 16;
+  fa::AttnProblem c = fa::make_problem(1, 2, 1, 64, 64, 64, false);
+  c.softcap = 30.f;
+  fa05::Config hopper;
+  hopper.sm = 90, hopper.sm_count = 132;
+  for (const fa::AttnProblem& p : {w, c}) {
+    const std::string flag = p.has_window() ? "--window" : "--softcap";
+    INFO(flag);
+    for (const char* k : {"v2", "v5", "v12", "v14", "cublas"})
+      CHECK_THROWS_WITH_AS(fa05::plan(k, p, fa::DType::bf16, hopper), doctest::Contains(flag.c_str()), fa05::Unsupported);
+    CHECK(fa05::plan("v1", p, fa::DType::bf16, hopper).runs == "v1");
+    CHECK(fa05::plan("auto", p, fa::DType::fp32, hopper).runs == "v1");
+    CHECK(fa05::plan("v13", p, fa::DType::bf16, hopper).runs == "v13");
+    CHECK(fa05::plan("auto", p, fa::DType::bf16, hopper).runs == "v13");
+    fa::AttnProblem decode = p;  // auto's v14 shape: one query row a sequence
+    decode.N_q = 1, decode.N_k = 4096;
+    CHECK(fa05::plan("auto", fa::make_problem(1, 2, 1, 1, 4096, 64, false), fa::DType::bf16, hopper).runs == "v14");
+    CHECK(fa05::plan("auto", decode, fa::DType::bf16, hopper).runs == "v13");
+    fa05::Config ampere;
+    ampere.sm = 80;  // no wgmma: auto would run v5, which takes no variant, so v1 runs
+    CHECK(fa05::plan("auto", p, fa::DType::bf16, ampere).runs == "v1");
+    int32_t dummy = 0;
+    const fa05::KvCache lens{&dummy, nullptr, 0, 0, 0};
+    CHECK_THROWS_WITH_AS(fa05::plan("auto", p, fa::DType::bf16, hopper, lens), doctest::Contains(flag.c_str()), fa05::Unsupported);
   }
 }
 

@@ -1,5 +1,5 @@
 // The little every kernel version shares: reading an element of Q, K, V as float32 and writing an
-// element of O in its storage type. Nothing attention-specific lives here.
+// element of O in its storage type; and the softcap, the one score transform a kernel may apply.
 //
 //   T              load(x)                     store<T>(x)
 //   float          x                           x
@@ -25,5 +25,16 @@ template <>
 __device__ __forceinline__ __half store<__half>(float x) { return __float2half_rn(x); }
 template <>
 __device__ __forceinline__ __nv_bfloat16 store<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+// The softcap (docs/math.md (8.2), Gemma 2): a scaled score x becomes c tanh(x / c), before the
+// mask and the softmax. tanh(y) = 1 - 2 / (e^{2y} + 1), from exp2f (the SFU's ex2, 2 ulp) and one
+// fast division: about 1e-7 c absolute. The SFU's own tanh.approx.f32 is one instruction, but its
+// relative error of 2^-11 would move a logit by up to 0.02 at c = 50, and its P by 2 %: more than
+// bf16's rounding of P (0.4 %), so the battery's rule would (rightly) fail it. The exponent is
+// clamped at 64 (tanh = 1 in float32 long before), so e + 1 stays finite for the division.
+__device__ __forceinline__ float softcap(float x, float c) {
+  const float e = exp2f(fminf(x * (2.f * 1.4426950408889634f / c), 64.f));  // e^{2x/c}
+  return c - __fdividef(2.f * c, e + 1.f);
+}
 
 }  // namespace fa05

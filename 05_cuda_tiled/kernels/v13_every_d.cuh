@@ -39,6 +39,12 @@
 // and the tensor maps (whose rows are d wide: TMA reads nothing past them). d must be a multiple of
 // 8 (a tensor map's rows are 16-byte multiples); the runner copies any other d into a padded
 // buffer first (common/cuda/pad_columns.hpp).
+//
+// The variants (math.md section 8) are policies at the two places a mask already lived, not a new
+// loop: a sliding window moves the first key block a tile reads (Tile::j0; the producer copies
+// only the band's blocks, so the work grows as N w, not N^2), the mask of a block the band's edges
+// cross tests both ends of each row's key_range(); a softcap transforms S in softmax() before the
+// mask. v13 and v1 are the kernels that take them (plan() refuses the others).
 #pragma once
 #include <cuda.h>  // CUtensorMap
 
@@ -104,16 +110,21 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
   const float neg_inf = -INFINITY;
   const int64_t BH = p.B * p.H, n_tiles = BH * Tr;
 
-  // Tile t: (b, h, query block starting at row r0) in v9's order, and Tc, the key blocks it sees.
+  // Tile t: (b, h, query block starting at row r0) in v9's order, and the key blocks it sees:
+  // Tc of them from block j0. Causal skips the blocks past its last row's diagonal; a sliding
+  // window (math.md (8.1)) also those before its first row's band: the tile reads the keys from
+  // key_begin(r0) to key_end(last row), as v1 and stage 04 do.
   struct Tile {  // 32-bit where the plan bounds it (B, H, key blocks, rows), to spare registers
     int64_t r0;
-    int b, h, Tc, br;
+    int b, h, j0, Tc, br;
   };
   const auto tile = [&](int64_t t) {
     const int64_t bh = p.causal ? t % BH : t / Tr, qb = p.causal ? Tr - 1 - t / BH : t % Tr;
-    Tile x{qb * Br, int(bh / p.H), int(bh % p.H), 0, 0};
+    Tile x{qb * Br, int(bh / p.H), int(bh % p.H), 0, 0, 0};
     x.br = int(min(int64_t(Br), p.N_q - x.r0));
-    x.Tc = int(max(int64_t(0), (p.keys_seen(x.r0 + x.br - 1) + Bc - 1) / Bc));  // causal: blocks past it skipped
+    const int64_t end = p.key_end(x.r0 + x.br - 1);
+    x.j0 = int(p.key_begin(x.r0) / Bc);
+    x.Tc = int(max(int64_t(0), (end + Bc - 1) / Bc - x.j0));
     return x;
   };
 
@@ -157,9 +168,9 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
       for (int j = 0; j < x.Tc; ++j, ++n) {
         const uint32_t free = (n / 2 + 1) % 2;  // the buffer's previous use has been released
         ptx::mbar_wait(&empty_k[n % 2], free);
-        copy(Ks + (n % 2) * Bc * D, Bc, tm_k, j * Bc, kv_slice, &full_k[n % 2]);
+        copy(Ks + (n % 2) * Bc * D, Bc, tm_k, (x.j0 + j) * Bc, kv_slice, &full_k[n % 2]);
         ptx::mbar_wait(&empty_v[n % 2], free);
-        copy(Vs + (n % 2) * Bc * D, Bc, tm_v, j * Bc, kv_slice, &full_v[n % 2]);
+        copy(Vs + (n % 2) * Bc * D, Bc, tm_v, (x.j0 + j) * Bc, kv_slice, &full_v[n % 2]);
       }
       t = gridDim.x + int64_t(atomicAdd(tile_counter, 1u));
     }
@@ -169,7 +180,9 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
     const int warp = threadIdx.x / 32 - kProducerThreads / 32, lane = threadIdx.x % 32;  // warp: rows 16 warp ...
     const int wg = warp / 4;  // consumer warpgroup: rows 64 wg .. 64 wg + 63 of the tile
     const int g = lane / 4, t4 = lane % 4;  // fragment coordinates (ptx.cuh): row group, lane in quad
-    const float c = scale * 1.4426950408889634f;  // scale * log2(e): exp(scale x) = 2^(c x)
+    // scale * log2(e): exp(scale x) = 2^(c x). With a softcap, the scores are scaled and capped
+    // before the softmax sees them (softmax() below), which then only multiplies by log2(e).
+    const float c = p.softcap > 0.f ? 1.4426950408889634f : scale * 1.4426950408889634f;
     // Buffer n of a ring: wait until its copy has landed; release it once this thread is done with
     // it (for K and V: after the wgmma_wait that covers its reads).
     // A ring of R buffers: buffer n is slot n % R, in its (n / R)-th use.
@@ -188,7 +201,7 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
       if (t >= n_tiles) break;
       const Tile cur = tile(t);
       const int64_t b = cur.b, h = cur.h, r0 = cur.r0;
-      const int Tc = cur.Tc;
+      const int j0 = cur.j0, Tc = cur.Tc;  // key blocks j0 ... j0 + Tc - 1; the j below count from j0
       const T* Qi = Qs + qbuf * Br * D;
 
       float o[D / 8][4] = {};
@@ -235,14 +248,24 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
         for (int k = 0; k < Bc / 16; ++k) ptx::wgmma_pin(a[k]);
       };
       const auto softmax = [&](float(&s)[Bc / 8][4], int64_t j) {
-        const int64_t c0 = j * Bc;
-        const bool mask = c0 + Bc > p.N_k || (p.causal && c0 + Bc > p.keys_seen(r0));
+        const int64_t c0 = (j0 + j) * Bc;
+        // The softcap (math.md (8.2)), before the mask: a uniform branch, the same for the block.
+        if (p.softcap > 0.f)
+          for (int n = 0; n < Bc / 8; ++n)
+            for (int e = 0; e < 4; ++e) s[n][e] = softcap(s[n][e] * scale, p.softcap);
+        // Only a block that an edge of the band crosses is masked: past the tile's first row's
+        // key_end (the diagonal, the window's right side, N_k), or before its last row's key_begin.
+        const bool mask = c0 + Bc > p.key_end(r0) || c0 < p.key_begin(r0 + Br - 1);
         if (mask)
           for (int r = 0; r < 2; ++r) {
-            const int seen = int(max(int64_t(0), min(int64_t(Bc), p.keys_seen(r0 + warp * 16 + g + r * 8) - c0)));
+            const fa::AttnProblem::KeyRange seen = p.key_range(r0 + warp * 16 + g + r * 8);
+            const int lo = int(max(int64_t(0), min(int64_t(Bc), seen.begin - c0)));
+            const int hi = int(max(int64_t(0), min(int64_t(Bc), seen.end - c0)));
             for (int n = 0; n < Bc / 8; ++n)
-              for (int e = 2 * r; e < 2 * r + 2; ++e)
-                if (n * 8 + 2 * t4 + e % 2 >= seen) s[n][e] = neg_inf;
+              for (int e = 2 * r; e < 2 * r + 2; ++e) {
+                const int col = n * 8 + 2 * t4 + e % 2;
+                if (col < lo || col >= hi) s[n][e] = neg_inf;
+              }
           }
         for (int r = 0; r < 2; ++r) {
           float mx = neg_inf;

@@ -82,10 +82,12 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
   }
   for (int r = tid; r < br; r += kThreads) m[r] = neg_inf, l[r] = 0.f;
 
-  // Causal: the block's last row sees the most keys; key blocks past them are skipped whole.
-  const int64_t keys_needed = p.keys_seen(r0 + br - 1);
+  // The keys some row of this block sees: from its first row's key_begin to its last row's
+  // key_end (both rise with the row: problem.hpp). Causal: key blocks past the last row's diagonal
+  // are skipped whole; a sliding window also skips those before the first row's band.
+  const int64_t keys_from = p.key_begin(r0), keys_needed = p.key_end(r0 + br - 1);
 
-  for (int64_t c0 = 0; c0 < keys_needed; c0 += Bc) {  // line 6: loop over K/V blocks j
+  for (int64_t c0 = keys_from; c0 < keys_needed; c0 += Bc) {  // line 6: loop over K/V blocks j
     // Only the keys some row of this block sees: a block crossing the diagonal stops at
     // keys_needed, and the last block at N_k (keys_needed <= N_k), so nothing is read past
     // the end of K or V.
@@ -103,9 +105,11 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
     __syncthreads();  // K_j, V_j complete before anyone reads them
 
     // S_ij = scale * Q_i K_j^T, a br x bn tile, on chip (line 8). One dot product per element.
-    // Only a block that crosses the diagonal needs a mask: its last loaded key is past what the
-    // block's first row may see. Masked entries become -inf, which exp() turns into exactly 0.
-    const bool crosses = p.causal && c0 + bn > p.keys_seen(r0);
+    // Only a block that an edge of the band crosses needs a mask: its last loaded key is past what
+    // the block's first row may see, or its first key before what its last row may see. Masked
+    // entries become -inf, which exp() turns into exactly 0. A softcap (math.md (8.2)) replaces
+    // each score by c tanh(s / c); the tiled loop does not change.
+    const bool crosses = c0 + bn > p.key_end(r0) || c0 < p.key_begin(r0 + br - 1);
     for (int e = tid; e < br * bn; e += kThreads) {
       const int r = e / bn, c = e % bn;
       float s = neg_inf;
@@ -113,6 +117,7 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
         float acc = 0.f;
         for (int x = 0; x < d; ++x) acc += Qi[r * d + x] * Kj[c * kp + x];
         s = scale * acc;
+        if (p.softcap > 0.f) s = softcap(s, p.softcap);
       }
       S[r * sp + c] = s;
     }
