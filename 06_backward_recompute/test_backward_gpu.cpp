@@ -18,7 +18,8 @@
 //   - the variants (issue 34): the variant backward battery (windows, softcaps) for gpu_v1 in fp32,
 //     fp16, bf16 and each tensor-core backward in fp16/bf16 (also at d = 128), ragged shapes whose
 //     band edges cross the blocks, bit-identical gradients with a window; O and LSE from stage
-//     01's forward on the CPU until stage 05's GPU forward takes the variants
+//     01's forward on the CPU (the backward alone is judged), and auto's backward fed by stage 05's
+//     GPU forward (auto: v13, v1 in fp32), as the program runs it
 // No timing here.
 #include <doctest/doctest.h>
 
@@ -337,9 +338,10 @@ TEST_CASE("06 gpu widths: extra GPU memory of a padded run is the plan's: D, dQa
 
 // ---- The variants (issue 34, docs/math.md section 8): a sliding window and a softcap -------------
 //
-// Until stage 05's forward takes them on the GPU, the O and LSE the backward consumes come from
-// stage 01's forward on the CPU (it takes both), with O rounded to the dtype as a GPU forward
-// stores it (so the battery's baseline sees the O the backward receives). Each test says so.
+// The O and LSE the backward consumes come from stage 01's forward on the CPU (it takes both), with
+// O rounded to the dtype as a GPU forward stores it (so the battery's baseline sees the O the
+// backward receives): the backward is judged alone, whatever stage 05's GPU forward does with the
+// variants. One test feeds it that forward (auto), as the program does. Each test says which.
 
 namespace {
 // Stage 01's forward (float32, on the CPU) with O stored in dtype t, as a GPU forward stores it.
@@ -444,6 +446,16 @@ TEST_CASE("06 gpu variants: gpu_v3, gpu_v3_det ragged, band edges across the blo
 }
 TEST_CASE("06 gpu variants: gpu_v4, gpu_v4_det ragged, band edges across the blocks, O and LSE from stage 01's forward (CPU)") {
   check_variant_ragged_tc("gpu_v4");
+}
+
+// As the program runs it (--device gpu): the forward on the GPU too, stage 05's auto for a problem
+// with a variant (v13 on Hopper; v1 in fp32), and the backward's auto.
+TEST_CASE("06 gpu variants: auto variant backward battery in fp32, fp16, bf16, O and LSE from stage 05's forward on the GPU (auto)") {
+  for (fa::DType t : {fa::DType::fp32, fa::DType::fp16, fa::DType::bf16}) {
+    INFO("auto " << std::string(fa::dtype_name(t)));
+    fa::check_variant_backward_battery(stage_06_gpu_backward("auto", t), false, stage_06_gpu_forward(t),
+                                       t == fa::DType::fp32 ? fa::Storage{} : v2_storage(t));
+  }
 }
 
 // The deterministic variants add dQ_i in key-block order from the first key block that sees query

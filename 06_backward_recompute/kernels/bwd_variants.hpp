@@ -25,6 +25,9 @@
 #include <cstdint>
 
 #include "problem.hpp"
+#if defined(__CUDACC__)
+#include "kernel_common.cuh"  // fa05::softcap
+#endif
 
 namespace fa06 {
 
@@ -94,18 +97,15 @@ FA_HOST_DEVICE inline BandTile band_tile(const fa::AttnProblem& p, int64_t r0, i
 }
 
 #if defined(__CUDACC__)
-// The softcap (8.2): a scaled score x becomes S = c tanh(x / c), with
-//   tanh(y) = 1 - 2 / (e^{2y} + 1),   e^{2y} = 2^(2 y log2 e) (exp2f: the SFU's ex2, 2 ulp)
-// and one fast division: S is good to about 1e-7 c absolute. The SFU's own tanh.approx.f32 is a
-// single instruction, but its relative error of 2^-11 moves a logit by up to 0.02 at c = 50, and
-// so its P = exp(S - LSE) by 2 %: far more than bf16's rounding of P (0.4 %), and the battery's
-// rule would (rightly) fail it. The exponent is clamped at 64 (tanh is 1 in float32 long before),
-// so e + 1 stays finite for the division. The same formula as stage 05's forward (its
-// kernel_common.cuh), so that the S recomputed here is the S whose LSE the forward kept.
-__device__ __forceinline__ float softcap(float x, float c) {
-  const float e = exp2f(fminf(x * (2.f * 1.4426950408889634f / c), 64.f));  // e^{2x/c}
-  return c - __fdividef(2.f * c, e + 1.f);
-}
+// The softcap (8.2): a scaled score x becomes S = c tanh(x / c), by the forward's own function
+// (stage 05's kernel_common.cuh), so that the S recomputed here is the S whose LSE the forward
+// kept: tanh(y) = 1 - 2 / (e^{2y} + 1) from exp2f (the SFU's ex2) and one fast division, about
+// 1e-7 c absolute. Not tanh.approx.f32: one instruction, but its relative error of 2^-11 moves a
+// logit by up to 0.02 at c = 50 and its P = exp(S - LSE) by 2 %, far beyond bf16's rounding of P
+// (0.4 %): the battery's rule would (rightly) fail it. In the backward the slope below multiplies
+// dS too, so an error in S reaches every gradient twice.
+using fa05::softcap;
+
 // Its slope dS/dx = 1 - tanh^2 = 1 - (S / c)^2 (8.2), from the capped S itself; inv_c = 1 / c.
 // The backward's dS with respect to x is dS * slope. A masked score (S = -inf) gets 0, not
 // 1 - inf (AttnProblem::capped_slope, the same expression: its P is 0, and 0 * -inf is NaN).
