@@ -26,8 +26,10 @@ void backward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, cons
               const T* dO, const T* /*LSE*/, T* dQ, T* dK, T* dV) {
   const T scale = T(p.resolved_scale());
   const size_t NN = size_t(p.B * p.H * p.N_q * p.N_k);
-  std::vector<T> S(NN), P(NN), dP(NN), dS(NN), lse(static_cast<size_t>(p.lse_elems()));
+  // The scratch LSE is indexed as LSE is (lse_offset(): a packed batch's rows are total_q apart).
+  std::vector<T> S(NN), P(NN), dP(NN), dS(NN), lse(static_cast<size_t>(p.lse_span()));
   attention_probs(p, Q, K, S.data(), P.data(), lse.data());
+  // dQ, dK, dV are q_elems() and kv_elems() consecutive elements in either layout (problem.hpp).
   for (int64_t e = 0; e < p.q_elems(); ++e) dQ[e] = 0;
   for (int64_t e = 0; e < p.kv_elems(); ++e) dK[e] = dV[e] = 0;
   for (int64_t b = 0; b < p.B; ++b)

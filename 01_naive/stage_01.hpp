@@ -63,5 +63,6 @@ inline fa::Stage stage_01() {
   fa::Stage s{"01_naive", "textbook softmax(scale QK^T) V; S and P materialised; exp may overflow",
               naive::forward<float>, naive::backward<float>, /*nxn_forward=*/2, /*nxn_backward=*/4};
   s.diagnose = naive_softmax_diagnosis;
+  s.varlen = true;  // every row through the problem's offsets: a packed batch runs per sequence
   return s;
 }

@@ -20,6 +20,7 @@
 #include "npy.hpp"
 #include "reference.hpp"
 #include "rng.hpp"
+#include "varlen.hpp"
 
 TEST_CASE("01_naive forward: conformance battery vs float64 (and its overflow where logits > 88.7)") {
   fa::check_forward_battery(naive::forward<float>, /*is_stage01=*/true);
@@ -36,6 +37,11 @@ TEST_CASE("01_naive forward: variant battery (windows, softcaps) vs float64") {
 
 TEST_CASE("01_naive backward: variant battery vs the float64 reference backward") {
   fa::check_variant_backward_battery(naive::backward<float>, /*is_stage01=*/true);
+}
+
+TEST_CASE("01_naive forward and backward: packed variable-length batches (varlen battery) vs float64") {
+  fa::check_varlen_forward_battery(naive::forward<float>, /*is_stage01=*/true);
+  fa::check_varlen_backward_battery(naive::backward<float>, /*is_stage01=*/true);
 }
 
 TEST_CASE("01_naive backward in float64 equals central finite differences") {
@@ -307,6 +313,146 @@ TEST_CASE("01_naive program: bad input -> one line on stderr, exit 2, no output 
     CHECK(!fs::exists(out));
     CHECK(!fs::exists(out.string() + ".tmp"));
   }
+  fs::remove_all(dir);
+}
+
+// ---- Packed variable-length batches (--cu-seqlens-q/-k, common/varlen.hpp) ----
+
+namespace {
+// An int32 .npy of `shape`, written out byte by byte (the course writes only float32 ones).
+void write_i32(const fs::path& path, const std::vector<int64_t>& shape, const std::vector<int32_t>& x) {
+  std::string dims = "(";
+  for (int64_t e : shape) dims += std::to_string(e) + ",";
+  std::string header = "{'descr': '<i4', 'fortran_order': False, 'shape': " + dims + "), }";
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::ofstream f(path, std::ios::binary);
+  const char pre[10] = {'\x93', 'N', 'U', 'M', 'P', 'Y', 1, 0, char(header.size()), 0};
+  f.write(pre, 10);
+  f << header;
+  f.write(reinterpret_cast<const char*>(x.data()), std::streamsize(x.size() * 4));
+}
+fa::Tensor normal_tensor(std::vector<int64_t> shape, uint64_t seed) {
+  fa::Tensor t(std::move(shape));
+  fa::Rng(seed).fill_normal(t);
+  return t;
+}
+}  // namespace
+
+TEST_CASE("01_naive program: a packed batch from files gives O [total_q,H,d] and LSE [H,total_q], the float64 reference per sequence") {
+  const fs::path dir = fs::temp_directory_path() / "fa_test_01_cli_varlen";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  // Four sequences: 3 x 5, 0 x 4 (keys only), 7 x 0 (queries only: O = 0, LSE = -inf), 130 x 191.
+  const std::vector<int32_t> cu_q = {0, 3, 3, 10, 140}, cu_k = {0, 5, 9, 9, 200};
+  write_i32(dir / "cuq.npy", {5}, cu_q);
+  write_i32(dir / "cuk.npy", {5}, cu_k);
+  fa::Inputs in;
+  in.Q = normal_tensor({140, 4, 16}, 1), in.K = normal_tensor({200, 2, 16}, 2), in.V = normal_tensor({200, 2, 16}, 3);
+  for (auto [t, name] : {std::pair{&in.Q, "q"}, {&in.K, "k"}, {&in.V, "v"}})
+    fa::write_npy((dir / (std::string(name) + ".npy")).string(), *t, name);
+  const auto f = [&](const char* n) { return (dir / n).string(); };
+  const Ran r = run("--q " + f("q.npy") + " --k " + f("k.npy") + " --v " + f("v.npy") + " --cu-seqlens-q " + f("cuq.npy") +
+                        " --cu-seqlens-k " + f("cuk.npy") + " --causal --window 20,-1 --json --out " + f("o.npy") +
+                        " --lse " + f("l.npy") + " --dq " + f("dq.npy") + " --dk " + f("dk.npy"),
+                    dir);
+  INFO(r.err);
+  REQUIRE(r.code == 0);
+  std::ifstream js(dir / "stdout.txt");
+  const nlohmann::json j = nlohmann::json::parse(js);
+  CHECK(j["varlen"]["B"] == 4);
+  CHECK(j["varlen"]["cu_seqlens_k"] == std::vector<int>{0, 5, 9, 9, 200});
+  CHECK(j["problem"]["N_q"] == 130);  // the longest sequence's
+  const fa::AttnProblem p0 = fa::make_problem(1, 4, 2, 1, 1, 16, true);
+  fa::AttnProblem p = p0;
+  p.window_left = 20;
+  const fa::VarlenHost v{cu_q, cu_k};
+  // FLOPs counted per sequence (3 x 5 and 130 x 191 with their masks), not the padded 4 x 130 x 191.
+  CHECK(j["forward"]["gflops"].get<double>() * j["forward"]["ms"].get<double>() * 1e6 ==
+        doctest::Approx(fa::varlen_forward_flops(p, v)));
+  fa::TensorD O64, L64;
+  fa::reference_varlen_forward(p, v, in.Q, in.K, in.V, O64, L64);
+  const fa::Tensor O = fa::read_npy(f("o.npy"), "o"), L = fa::read_npy(f("l.npy"), "l");
+  CHECK(O.shape == std::vector<int64_t>{140, 4, 16});
+  CHECK(L.shape == std::vector<int64_t>{4, 140});
+  CHECK(fa::compare(O.ptr(), O64.ptr(), O.numel()).max_abs <= 1e-6 * std::max(1.0, fa::max_abs_finite(O64.ptr(), O64.numel())));
+  CHECK(fa::compare(L.ptr(), L64.ptr(), L.numel()).max_abs <= 1e-6 * std::max(1.0, fa::max_abs_finite(L64.ptr(), L64.numel())));
+  for (int64_t h = 0; h < 4; ++h)
+    for (int64_t t = 3; t < 10; ++t) CHECK(L[h * 140 + t] == -INFINITY);  // the sequence without keys
+  CHECK(fa::read_npy(f("dq.npy"), "dq").shape == std::vector<int64_t>{140, 4, 16});
+  CHECK(fa::read_npy(f("dk.npy"), "dk").shape == std::vector<int64_t>{200, 2, 16});
+  // The offsets were not ignored: the same tokens as one sequence give another O.
+  fa::TensorD O1, L1;
+  fa::reference_varlen_forward(p, fa::VarlenHost{{0, 140}, {0, 200}}, in.Q, in.K, in.V, O1, L1);
+  CHECK(fa::compare(O.ptr(), O1.ptr(), O.numel()).max_abs > 1e-2);
+  // Generated inputs in the same shape: --heads, --kv-heads, --head-dim, and --batch = B.
+  const Ran g = run("--cu-seqlens-q " + f("cuq.npy") + " --cu-seqlens-k " + f("cuk.npy") +
+                        " --batch 4 --heads 4 --kv-heads 2 --head-dim 16 --json --out " + f("o.npy"),
+                    dir);
+  INFO(g.err);
+  REQUIRE(g.code == 0);
+  CHECK(fa::read_npy(f("o.npy"), "o").shape == std::vector<int64_t>{140, 4, 16});
+  fs::remove_all(dir);
+}
+
+TEST_CASE("01_naive program: bad packed-batch input (--cu-seqlens-q/-k) -> one line on stderr naming the flag, exit 2, no output file") {
+  const fs::path dir = fs::temp_directory_path() / "fa_test_01_cli_varlen_bad";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const auto f = [&](const char* n) { return (dir / n).string(); };
+  write_i32(dir / "ok_q.npy", {3}, {0, 4, 10});
+  write_i32(dir / "ok_k.npy", {3}, {0, 0, 12});
+  write_i32(dir / "ok4.npy", {4}, {0, 4, 10, 10});
+  write_i32(dir / "first.npy", {3}, {1, 4, 10});
+  write_i32(dir / "down.npy", {3}, {0, 6, 5});
+  write_i32(dir / "one.npy", {1}, {0});
+  write_i32(dir / "empty.npy", {3}, {0, 0, 0});
+  write_i32(dir / "rank2.npy", {1, 3}, {0, 4, 10});
+  fa::write_npy(f("float.npy"), fa::Tensor({3}, 0.f), "float");
+  fa::write_npy(f("q.npy"), normal_tensor({10, 2, 8}, 1), "q");   // [total_q = 10, H = 2, d = 8]
+  fa::write_npy(f("k.npy"), normal_tensor({12, 1, 8}, 2), "k");   // [total_k = 12, H_kv = 1, d = 8]
+  fa::write_npy(f("q4.npy"), normal_tensor({1, 10, 2, 8}, 1), "q");
+  fa::write_npy(f("q11.npy"), normal_tensor({11, 2, 8}, 1), "q");
+  fa::write_npy(f("do.npy"), normal_tensor({1, 2, 10, 8}, 3), "do");
+  const std::string files = " --q " + f("q.npy") + " --k " + f("k.npy") + " --v " + f("k.npy");
+  const std::string ok = " --cu-seqlens-q " + f("ok_q.npy") + " --cu-seqlens-k " + f("ok_k.npy");
+  const fs::path out = dir / "o.npy";
+  const std::pair<std::string, std::string> cases[] = {
+      {"--cu-seqlens-q " + f("ok_q.npy"), "--cu-seqlens-k: expected --cu-seqlens-k F with --cu-seqlens-q"},
+      {"--cu-seqlens-k " + f("ok_k.npy"), "--cu-seqlens-q: expected --cu-seqlens-q F with --cu-seqlens-k"},
+      {"--cu-seqlens-q " + f("first.npy") + " --cu-seqlens-k " + f("ok_k.npy"), "expected cu[0] = 0, found cu[0] = 1"},
+      {"--cu-seqlens-q " + f("ok_q.npy") + " --cu-seqlens-k " + f("down.npy"), "--cu-seqlens-k " + f("down.npy") + ": expected non-decreasing"},
+      {"--cu-seqlens-q " + f("one.npy") + " --cu-seqlens-k " + f("one.npy"), "B + 1 >= 2 offsets"},
+      {"--cu-seqlens-q " + f("empty.npy") + " --cu-seqlens-k " + f("ok_k.npy"), "--cu-seqlens-q: expected at least one query"},
+      {"--cu-seqlens-q " + f("ok4.npy") + " --cu-seqlens-k " + f("ok_k.npy"), "--cu-seqlens-k " + f("ok_k.npy") + ": expected 4 offsets"},
+      {"--cu-seqlens-q " + f("float.npy") + " --cu-seqlens-k " + f("ok_k.npy"), "--cu-seqlens-q " + f("float.npy") + ": expected dtype int32"},
+      {"--cu-seqlens-q " + f("rank2.npy") + " --cu-seqlens-k " + f("ok_k.npy"), "expected an int32 .npy of shape [B + 1], found shape [1, 3]"},
+      {"--cu-seqlens-q " + f("missing.npy") + " --cu-seqlens-k " + f("ok_k.npy"), "--cu-seqlens-q"},
+      {ok + " --batch 3", "--batch: expected 2"},
+      {ok + " --seq-q 10", "--seq-q: expected no sequence length"},
+      {ok + " --seq-k 12", "--seq-k: expected no sequence length"},
+      {ok + " --heads 3 --kv-heads 2", "--kv-heads"},
+      {ok + " --cache-lens 4,4", "--cache-lens"},
+      {"--cu-seqlens-q " + f("ok4.npy") + " --cu-seqlens-k " + f("ok4.npy") + files, "--cu-seqlens-k " + f("ok4.npy") + ": expected a last offset cu[B] = 12 (the tokens of --k)"},
+      {"--q " + f("q11.npy") + " --k " + f("k.npy") + " --v " + f("k.npy") + ok, "--cu-seqlens-q " + f("ok_q.npy") + ": expected a last offset cu[B] = 11 (the tokens of --q)"},
+      {"--q " + f("q4.npy") + " --k " + f("k.npy") + " --v " + f("k.npy") + ok, "expected a packed batch [total_tokens, heads, d]"},
+      {files + ok + " --do " + f("do.npy"), "--do"},
+      {files + ok + " --window=-2,0", "--window"},
+  };
+  for (const auto& [args, mention] : cases) {
+    INFO("args: " << args);
+    const Ran r = run(args + " --out " + out.string(), dir);
+    INFO("stderr: " << r.err);
+    CHECK(r.code == 2);
+    CHECK(lines(r.err) == 1);
+    CHECK(r.err.find(mention) != std::string::npos);
+    CHECK(!fs::exists(out));
+  }
+  // The same offsets and files are good input: the cases above fail for their one defect.
+  const Ran good = run(files + ok + " --out " + out.string(), dir);
+  INFO(good.err);
+  CHECK(good.code == 0);
+  CHECK(fs::exists(out));
   fs::remove_all(dir);
 }
 

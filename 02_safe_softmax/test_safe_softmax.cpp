@@ -20,6 +20,10 @@ TEST_CASE("02_safe_softmax forward: variant battery (windows, softcaps) vs stage
   fa::check_variant_forward_battery(safe_softmax::forward<float>);
 }
 
+TEST_CASE("02_safe_softmax forward: packed variable-length batches (varlen battery) vs stage 01 and float64") {
+  fa::check_varlen_forward_battery(safe_softmax::forward<float>);
+}
+
 TEST_CASE("02_safe_softmax passes the large-logit cases on which stage 01 overflows") {
   int cases = 0;
   for (const fa::Case& c : fa::forward_battery()) {

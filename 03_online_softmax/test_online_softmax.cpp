@@ -77,6 +77,10 @@ TEST_CASE("03_online_softmax forward: variant battery (windows, softcaps) vs sta
   fa::check_variant_forward_battery(online_softmax::forward<float>);
 }
 
+TEST_CASE("03_online_softmax forward: packed variable-length batches (varlen battery) vs stage 01 and float64") {
+  fa::check_varlen_forward_battery(online_softmax::forward<float>);
+}
+
 // ---- 1. The online normaliser on a plain vector ----
 
 TEST_CASE("03 vector softmax: equals stage 02's three-pass softmax, also for huge and -inf inputs") {

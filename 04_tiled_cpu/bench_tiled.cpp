@@ -5,6 +5,13 @@
 //   BM_tiled/N/d/causal/thr  stage 04, default blocks (tiled::blocks_for), 1 or 2 OpenMP threads
 //   BM_blas/N/d/causal/thr   S = Q K^T (sgemm), masked safe softmax, O = P V (sgemm)
 //   BM_stage0{1,2,3}/N       stages 01-03 (single-threaded by design), d = 64, N <= 4096
+//   BM_varlen/mode/causal    a packed batch of 8 sequences of 64 ... 4096 tokens (H = 8, d = 64, 2
+//                            threads): mode 0 varlen (varlen_forward: stage 04 per sequence on
+//                            offset pointers, token-major), 1 padded to the longest ([8, H, 4096, d],
+//                            the padding computed too), 2 each sequence copied to its own contiguous
+//                            [1, H, N, d] first (copies untimed: what the token-major rows cost).
+//                            Not in the default run: FA_BENCH_VARLEN=1 ... --benchmark_filter=BM_varlen
+//                            (docs/lab/04_tiled_cpu.md, "Varlen against padding to the longest sequence")
 // Counters: GFLOP/s (FlashAttention convention: 4 N_q N_k d, halved for causal; every timed
 // benchmark uses UseRealTime(), so rates divide by wall time, as OpenMP runs need), pct_peak (of
 // the FMA peak with the same thread count: the one BM_fma_peak prints, recorded in every row as
@@ -17,6 +24,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <vector>
 
@@ -25,6 +33,7 @@
 #include "microkernel.hpp"
 #include "bench_baselines.hpp"
 #include "tiled.hpp"
+#include "varlen.hpp"
 #ifdef FA_HAVE_OPENBLAS
 #include <cblas.h>
 #endif
@@ -139,6 +148,70 @@ void BM_stage(benchmark::State& state) {
   add_pct_peak(state, p, 1);
 }
 
+// ---- a packed variable-length batch against padding (common/varlen.hpp) ---------------------
+// Lengths from 64 to 4096 mixed (a pretraining pack or a serving batch: a few long, many short).
+const std::vector<int32_t> kVarlenLens = {4096, 64, 1000, 200, 2048, 129, 512, 3000};
+
+void BM_varlen(benchmark::State& state) {
+  const int mode = int(state.range(0));
+  const bool causal = state.range(1) != 0;
+  fa::VarlenHost v;
+  v.cu_q = {0};
+  for (int32_t n : kVarlenLens) v.cu_q.push_back(v.cu_q.back() + n);
+  v.cu_k = v.cu_q;
+  const fa::AttnProblem p = fa::make_problem(1, 8, 8, 1, 1, 64, causal);
+  const fa::Inputs in = fa::random_varlen_inputs(p, v, 0);  // Q, K, V [total, 8, 64]
+  const int64_t B = v.batch(), H = p.H, d = p.d, N = in.p.N_q;  // N: the longest sequence
+  tiled::Blocks blk;
+  blk.threads = 2;
+  const fa::ForwardFn f = [&](const fa::AttnProblem& q, const float* Q, const float* K, const float* V, float* O,
+                              float* L) { tiled::forward<float>(q, Q, K, V, O, L, blk); };
+  double work = fa::varlen_forward_flops(p, v);  // what the call computes, by the FLOP convention
+  if (mode == 0) {
+    fa::Tensor O({v.total_q(), H, d}), LSE({H, v.total_q()});
+    for (auto _ : state) {
+      fa::varlen_forward(f, p, v, in.Q.ptr(), in.K.ptr(), in.V.ptr(), O.ptr(), LSE.ptr());
+      benchmark::DoNotOptimize(O.ptr());
+      benchmark::ClobberMemory();
+    }
+  } else if (mode == 1) {
+    const fa::AttnProblem pad = fa::make_problem(B, H, H, N, N, d, causal);
+    const fa::Tensor Q = fa::pad_packed(in.Q, v.cu_q, H, d, N), K = fa::pad_packed(in.K, v.cu_k, H, d, N),
+                     V = fa::pad_packed(in.V, v.cu_k, H, d, N);
+    fa::Tensor O({B, H, N, d}), LSE({B, H, N});
+    work = pad.forward_flops();
+    for (auto _ : state) {
+      f(pad, Q.ptr(), K.ptr(), V.ptr(), O.ptr(), LSE.ptr());
+      benchmark::DoNotOptimize(O.ptr());
+      benchmark::ClobberMemory();
+    }
+  } else {
+    std::vector<fa::Tensor> Qs, Ks, Vs, Os, Ls;
+    std::vector<fa::AttnProblem> ps;
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t n = v.n_q(b);
+      Qs.push_back(fa::gather_rows(in.Q, H, d, v.cu_q[b], n));
+      Ks.push_back(fa::gather_rows(in.K, H, d, v.cu_k[b], n));
+      Vs.push_back(fa::gather_rows(in.V, H, d, v.cu_k[b], n));
+      Os.emplace_back(std::vector<int64_t>{1, H, n, d});
+      Ls.emplace_back(std::vector<int64_t>{1, H, n});
+      ps.push_back(fa::make_problem(1, H, H, n, n, d, causal));
+    }
+    for (auto _ : state) {
+      for (int64_t b = 0; b < B; ++b) f(ps[b], Qs[b].ptr(), Ks[b].ptr(), Vs[b].ptr(), Os[b].ptr(), Ls[b].ptr());
+      benchmark::DoNotOptimize(Os[0].ptr());
+      benchmark::ClobberMemory();
+    }
+  }
+  // GFLOP/s of useful work (each sequence's own N(b)^2, whatever the mode computes), and the work done.
+  state.counters["GFLOP/s"] = benchmark::Counter(fa::varlen_forward_flops(p, v) * 1e-9,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["work_GFLOP"] = work * 1e-9;
+  state.counters["tokens"] = double(v.total_q());
+  state.counters["causal"] = causal;
+  state.counters["threads"] = blk.threads;
+}
+
 }  // namespace
 
 BENCHMARK(BM_fma_peak)->Arg(1)->Arg(2)->ArgName("threads")->Iterations(3)->Unit(benchmark::kMillisecond);
@@ -152,6 +225,17 @@ BENCHMARK(BM_stage<bench_baselines::stage02>)->Name("BM_stage02")->Arg(256)->Arg
     ->ArgName("N")->MinTime(0.1)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_stage<bench_baselines::stage03>)->Name("BM_stage03")->Arg(256)->Arg(1024)->Arg(4096)
     ->ArgName("N")->MinTime(0.1)->UseRealTime()->Unit(benchmark::kMillisecond);
+// Registered only with FA_BENCH_VARLEN set in the environment: the padded run takes seconds per
+// call on 2 cores, and the default run (scripts/bench.sh) is kept near 5 minutes.
+[[maybe_unused]] const bool kVarlenRegistered =
+    std::getenv("FA_BENCH_VARLEN") != nullptr &&
+    (benchmark::RegisterBenchmark("BM_varlen", BM_varlen)
+         ->ArgsProduct({{0, 1, 2}, {0, 1}})
+         ->ArgNames({"mode", "causal"})
+         ->Iterations(3)
+         ->UseRealTime()
+         ->Unit(benchmark::kMillisecond),
+     true);
 
 // The vector ISA this build targets goes into the JSON's context: results from machines with
 // other ISAs are told apart by it.

@@ -24,14 +24,11 @@ int fail(int status, const std::string& msg) {
   return status;
 }
 
-}  // namespace
-
-extern "C" {
-
-int fa04_forward(const float* Q, const float* K, const float* V, float* O, float* LSE, int64_t B,
-                 int64_t H, int64_t H_kv, int64_t N_q, int64_t N_k, int64_t d, int causal,
-                 float scale, int64_t Br, int64_t Bc, int threads) {
-  g_error.clear();
+// fa04_forward and fa04_forward_variant: the checks, then stage 04 on the problem p (its sizes,
+// mask and scale from the caller; the window and softcap too for the variant).
+int forward_problem(const float* Q, const float* K, const float* V, float* O, float* LSE, fa::AttnProblem p,
+                    int64_t B, int64_t H, int64_t H_kv, int64_t N_q, int64_t N_k, int64_t d, int causal,
+                    float scale, int64_t Br, int64_t Bc, int threads) {
   if (!Q || !K || !V || !O || !LSE)
     return fail(FA04_INVALID_ARGUMENT, "Q, K, V, O, LSE: expected pointers, found NULL");
   if (!(std::isfinite(scale) && scale >= 0.f) || std::signbit(scale)) {
@@ -44,12 +41,11 @@ int fa04_forward(const float* Q, const float* K, const float* V, float* O, float
                                            std::to_string(Br) + " Bc=" + std::to_string(Bc));
   if (threads < 0 || threads > 256)
     return fail(FA04_INVALID_ARGUMENT, "--threads: expected 0 (all) to 256, found " + std::to_string(threads));
-  fa::AttnProblem p;
   p.B = B, p.H = H, p.H_kv = H_kv, p.N_q = N_q, p.N_k = N_k, p.d = d;
   p.causal = causal != 0;
   p.scale = scale;
   try {
-    fa::validate(p);
+    fa::validate(p);  // sizes, H % H_kv, and a window side below -1 or a softcap < 0 or not finite
     tiled::Blocks blk;
     blk.Br = Br, blk.Bc = Bc, blk.threads = threads;
     const tiled::Blocks use = tiled::blocks_for(p, blk);
@@ -69,6 +65,27 @@ int fa04_forward(const float* Q, const float* K, const float* V, float* O, float
   } catch (const std::bad_alloc&) {
     return fail(FA04_OUT_OF_MEMORY, "host memory exhausted (the block buffers, O(threads * (Br + Bc) * d))");
   }
+}
+
+}  // namespace
+
+extern "C" {
+
+int fa04_forward(const float* Q, const float* K, const float* V, float* O, float* LSE, int64_t B,
+                 int64_t H, int64_t H_kv, int64_t N_q, int64_t N_k, int64_t d, int causal,
+                 float scale, int64_t Br, int64_t Bc, int threads) {
+  g_error.clear();
+  return forward_problem(Q, K, V, O, LSE, fa::AttnProblem{}, B, H, H_kv, N_q, N_k, d, causal, scale, Br, Bc, threads);
+}
+
+int fa04_forward_variant(const float* Q, const float* K, const float* V, float* O, float* LSE, int64_t B,
+                         int64_t H, int64_t H_kv, int64_t N_q, int64_t N_k, int64_t d, int causal,
+                         float scale, int64_t Br, int64_t Bc, int threads, int64_t window_left,
+                         int64_t window_right, float softcap) {
+  g_error.clear();
+  fa::AttnProblem p;
+  p.window_left = window_left, p.window_right = window_right, p.softcap = softcap;
+  return forward_problem(Q, K, V, O, LSE, p, B, H, H_kv, N_q, N_k, d, causal, scale, Br, Bc, threads);
 }
 
 int fa04_blocks_for(int64_t B, int64_t H, int64_t N_q, int64_t N_k, int64_t d, int causal, int threads,

@@ -41,6 +41,21 @@ FA04_API int fa04_forward(const float* Q, const float* K, const float* V, float*
                           int64_t B, int64_t H, int64_t H_kv, int64_t N_q, int64_t N_k, int64_t d,
                           int causal, float scale, int64_t Br, int64_t Bc, int threads);
 
+/* As fa04_forward, with a sliding window and a softcap (issue 34; docs/math.md section 8):
+ *   window_left, window_right: keys (rows), query i sees key j iff
+ *       i + N_k - N_q - window_left <= j <= i + N_k - N_q + window_right
+ *     (-1: that side unbounded; with causal the right side is 0). -1, -1 is no window. A block
+ *     that lies wholly outside the band is skipped: O(N_q (window_left + window_right + Br)) work.
+ *   softcap: c > 0 replaces each scaled score s by c tanh(s / c) before the mask and the softmax
+ *     (Gemma 2); 0 for none.
+ * A row that sees no key gets O = 0 and LSE = -inf. A side below -1 (names "--window") or a
+ * softcap < 0 or not finite (names "--softcap"): FA04_INVALID_ARGUMENT, outputs untouched.
+ * Returns when O and LSE are written. Returns an fa04_status. */
+FA04_API int fa04_forward_variant(const float* Q, const float* K, const float* V, float* O, float* LSE,
+                                  int64_t B, int64_t H, int64_t H_kv, int64_t N_q, int64_t N_k, int64_t d,
+                                  int causal, float scale, int64_t Br, int64_t Bc, int threads,
+                                  int64_t window_left, int64_t window_right, float softcap);
+
 /* The block sizes (rows) fa04_forward runs this problem with when given Br = Bc = 0 and
  * `threads` (tiled::blocks_for: the CPU default, smaller for short sequences and few tasks),
  * written to *Br and *Bc. Returns an fa04_status. */

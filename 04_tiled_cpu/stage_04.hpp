@@ -4,9 +4,11 @@
 #include "tiled.hpp"
 
 inline fa::Stage stage_04() {
-  return {"04_tiled_cpu",
-          "Q/K/V in blocks that fit in cache (Dao et al. Alg. 1, FA2 loop order), OpenMP",
-          [](const fa::AttnProblem& p, const float* Q, const float* K, const float* V, float* O,
-             float* LSE) { tiled::forward<float>(p, Q, K, V, O, LSE); },
-          {}};
+  fa::Stage s{"04_tiled_cpu",
+              "Q/K/V in blocks that fit in cache (Dao et al. Alg. 1, FA2 loop order), OpenMP",
+              [](const fa::AttnProblem& p, const float* Q, const float* K, const float* V, float* O,
+                 float* LSE) { tiled::forward<float>(p, Q, K, V, O, LSE); },
+              {}};
+  s.varlen = true;  // rows through the problem's offsets and row strides: a packed batch runs per sequence
+  return s;
 }

@@ -2,9 +2,11 @@
 // it, the same bits as calling tiled::forward directly, and every refusal (a status, one line
 // naming the argument, outputs left untouched) instead of a crash.
 #include <doctest/doctest.h>
+#include <link.h>
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -24,10 +26,22 @@ void forward_via_capi(const fa::AttnProblem& p, const float* Q, const float* K, 
   REQUIRE_MESSAGE(s == FA04_OK, fa04_last_error());
 }
 
+// The same with the problem's window and softcap (fa04_forward_variant).
+void forward_variant_via_capi(const fa::AttnProblem& p, const float* Q, const float* K, const float* V, float* O,
+                              float* LSE) {
+  const int s = fa04_forward_variant(Q, K, V, O, LSE, p.B, p.H, p.H_kv, p.N_q, p.N_k, p.d, p.causal, p.scale, 0, 0,
+                                     0, p.window_left, p.window_right, p.softcap);
+  REQUIRE_MESSAGE(s == FA04_OK, fa04_last_error());
+}
+
 }  // namespace
 
 TEST_CASE("04 C ABI: the conformance battery through fa04_forward") {
   fa::check_forward_battery(forward_via_capi);
+}
+
+TEST_CASE("04 C ABI: the variant battery (windows, softcaps) through fa04_forward_variant") {
+  fa::check_variant_forward_battery(forward_variant_via_capi);
 }
 
 TEST_CASE("04 C ABI: the same bits as tiled::forward, for default and explicit blocks") {
@@ -49,6 +63,47 @@ TEST_CASE("04 C ABI: the same bits as tiled::forward, for default and explicit b
         }, in);
     CHECK(fa::same_bits(direct.O, via.O));
     CHECK(fa::same_bits(direct.LSE, via.LSE));
+  }
+}
+
+TEST_CASE("04 C ABI: fa04_forward_variant gives tiled::forward's bits with a window and a softcap") {
+  // A window narrower than a block, asymmetric, GQA, N_q > N_k (rows left of key 0 see nothing),
+  // blocks it crosses; a softcap below the logits' range. Without them: fa04_forward's bits.
+  struct V {
+    int64_t left, right;
+    bool causal;
+    float cap;
+  };
+  for (const V& w : {V{13, 5, false, 0.f}, V{20, -1, true, 7.5f}, V{-1, 3, false, 2.f}, V{-1, -1, false, 0.f}}) {
+    fa::AttnProblem p = fa::make_problem(2, 4, 2, 150, 97, 24, w.causal);
+    p.scale = 0.7f;
+    p.window_left = w.left, p.window_right = w.right, p.softcap = w.cap;
+    INFO(p.describe());
+    const fa::Inputs in = fa::random_inputs(p, 12);
+    for (auto [Br, Bc] : {std::pair<int64_t, int64_t>{0, 0}, {7, 13}}) {
+      INFO("Br=" << Br << " Bc=" << Bc);
+      const fa::ForwardRun direct = fa::run_forward(
+          [&](const fa::AttnProblem& q, const float* Q, const float* K, const float* V, float* O, float* L) {
+            tiled::Blocks b;
+            b.Br = Br, b.Bc = Bc, b.threads = 2;
+            tiled::forward<float>(q, Q, K, V, O, L, b);
+          }, in);
+      const fa::ForwardRun via = fa::run_forward(
+          [&](const fa::AttnProblem& q, const float* Q, const float* K, const float* V, float* O, float* L) {
+            REQUIRE(fa04_forward_variant(Q, K, V, O, L, q.B, q.H, q.H_kv, q.N_q, q.N_k, q.d, q.causal, q.scale, Br,
+                                         Bc, 2, q.window_left, q.window_right, q.softcap) == FA04_OK);
+          }, in);
+      CHECK(fa::same_bits(direct.O, via.O));
+      CHECK(fa::same_bits(direct.LSE, via.LSE));
+      if (!p.has_window() && p.softcap == 0.f) {
+        const fa::ForwardRun plain = fa::run_forward(
+            [&](const fa::AttnProblem& q, const float* Q, const float* K, const float* V, float* O, float* L) {
+              REQUIRE(fa04_forward(Q, K, V, O, L, q.B, q.H, q.H_kv, q.N_q, q.N_k, q.d, q.causal, q.scale, Br, Bc,
+                                   2) == FA04_OK);
+            }, in);
+        CHECK(fa::same_bits(plain.O, via.O));
+      }
+    }
   }
 }
 
@@ -92,6 +147,74 @@ TEST_CASE("04 C ABI: bad arguments get a status and one line naming them; output
   std::vector<float> O(64), L(4);
   CHECK(fa04_forward(Q.data(), K.data(), V.data(), O.data(), L.data(), 1, 1, 1, 4, 4, 16, 0, 0.f, 0, 0, 1) == FA04_OK);
   CHECK(std::string(fa04_last_error()).empty());
+}
+
+TEST_CASE("04 C ABI: a bad window or softcap is refused naming its flag; outputs untouched") {
+  std::vector<float> Q(64, 1.f);
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  struct Bad {
+    const char* what;
+    int64_t left, right;
+    float cap;
+  };
+  for (const Bad& b : {Bad{"--window", -2, 4, 0.f}, Bad{"--window", 3, -7, 0.f}, Bad{"--softcap", -1, -1, -1.f},
+                       Bad{"--softcap", 4, 0, nan}, Bad{"--softcap", -1, -1, inf}}) {
+    INFO(b.what << " " << b.left << "," << b.right << " " << b.cap);
+    std::vector<float> O(64, nan), L(4, nan);
+    CHECK(fa04_forward_variant(Q.data(), Q.data(), Q.data(), O.data(), L.data(), 1, 1, 1, 4, 4, 16, 0, 0.f, 0, 0, 0,
+                               b.left, b.right, b.cap) == FA04_INVALID_ARGUMENT);
+    const std::string msg = fa04_last_error();
+    CHECK(msg.find(b.what) != std::string::npos);
+    CHECK(msg.find('\n') == std::string::npos);
+    for (float x : O) CHECK(std::isnan(x));
+    for (float x : L) CHECK(std::isnan(x));
+  }
+  // The other checks are fa04_forward's.
+  std::vector<float> O(64), L(4);
+  CHECK(fa04_forward_variant(nullptr, Q.data(), Q.data(), O.data(), L.data(), 1, 1, 1, 4, 4, 16, 0, 0.f, 0, 0, 0, 1,
+                             1, 0.f) == FA04_INVALID_ARGUMENT);
+  CHECK(std::string(fa04_last_error()).find("NULL") != std::string::npos);
+  CHECK(fa04_forward_variant(Q.data(), Q.data(), Q.data(), O.data(), L.data(), 1, 3, 2, 4, 4, 16, 0, 0.f, 0, 0, 0, 1,
+                             1, 0.f) == FA04_INVALID_ARGUMENT);
+  CHECK(std::string(fa04_last_error()).find("--kv-heads") != std::string::npos);
+  // A good call clears the message; window 0, 0 is the diagonal alone: O = V's row, LSE = its score.
+  CHECK(fa04_forward_variant(Q.data(), Q.data(), Q.data(), O.data(), L.data(), 1, 1, 1, 4, 4, 16, 0, 0.f, 0, 0, 1, 0,
+                             0, 0.f) == FA04_OK);
+  CHECK(std::string(fa04_last_error()).empty());
+  for (float x : O) CHECK(x == 1.f);
+  for (float x : L) CHECK(x == doctest::Approx(16.f / 4.f));  // scale 1/sqrt(16) times q.k = 16
+}
+
+TEST_CASE("04 C ABI: libfa04.so exports fa04_* and nothing else") {
+  // The library this test runs, as the dynamic linker loaded it.
+  std::string path;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* out) {
+        const std::string name = info->dlpi_name ? info->dlpi_name : "";
+        if (name.find("libfa04.so") == std::string::npos) return 0;
+        *static_cast<std::string*>(out) = name;
+        return 1;
+      },
+      &path);
+  REQUIRE(!path.empty());
+  FILE* nm = popen(("nm -D --defined-only '" + path + "'").c_str(), "r");
+  REQUIRE(nm != nullptr);
+  char line[512];
+  int fa04 = 0, other = 0;
+  while (std::fgets(line, sizeof line, nm)) {
+    std::string s(line);
+    if (!s.empty() && s.back() == '\n') s.pop_back();
+    const std::string sym = s.substr(s.find_last_of(' ') + 1);
+    if (sym.rfind("fa04_", 0) == 0) ++fa04;
+    else {
+      ++other;
+      INFO("exported: " << sym);
+      CHECK(false);
+    }
+  }
+  CHECK(pclose(nm) == 0);
+  CHECK(fa04 == 7);  // the seven functions of fa04.h
+  CHECK(other == 0);
 }
 
 TEST_CASE("04 C ABI: block buffers larger than the memory are refused before any allocation") {

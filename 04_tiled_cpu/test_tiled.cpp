@@ -70,6 +70,13 @@ TEST_CASE("04_tiled_cpu: variant battery, Br = Bc = 1 and one block as big as th
   fa::check_variant_forward_battery(with_blocks(100000, 100000));
 }
 
+TEST_CASE("04_tiled_cpu: packed variable-length batches (varlen battery), default blocks, Br = 7 Bc = 13, Br = Bc = 1") {
+  // Each sequence runs tiled::forward on offset pointers, its rows H d apart (problem.hpp's token_major).
+  fa::check_varlen_forward_battery(stage_04().forward);
+  fa::check_varlen_forward_battery(with_blocks(7, 13));
+  fa::check_varlen_forward_battery(with_blocks(1, 1));
+}
+
 TEST_CASE("04_tiled_cpu: 1, 2 and 4 threads give bit-identical O and LSE") {
   // Ragged blocks, causal with fully masked rows, GQA, and enough query blocks for every thread.
   fa::AttnProblem probs[3];

@@ -24,6 +24,8 @@
 // output rows live in registers) does not hold here; Bc up to 512, within M = the L2 of one core.
 //
 // Shapes and layout (common/problem.hpp): Q, O [B,H,N_q,d]; K, V [B,H_kv,N_k,d]; LSE [B,H,N_q].
+// Or token-major, one sequence of a packed batch (common/varlen.hpp): rows are then H d (H_kv d)
+// apart, so rows are found with p's offsets and row strides, never by stepping d.
 // The micro-kernels (microkernel.hpp) are float32 only; T is kept for the common signature.
 #pragma once
 #include <omp.h>
@@ -145,6 +147,7 @@ void forward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, T* O,
   // row strides of the buffers with Bc and d columns (mk::row_stride: whole vectors, and never a
   // multiple of 128 bytes, so the rows a micro-kernel walks down do not crowd into a few L1 sets).
   const int64_t dpad = round_up(d, VW), ldk = row_stride(Bc), ldo = row_stride(d);
+  const int64_t ldkv = p.kv_row_stride();  // from one K (V) row to the next in memory
   // The keys query row i sees, key_begin(i) <= j < key_end(i): problem.hpp's key_range() (the
   // bottom-right aligned causal mask and the sliding window).
   const auto key_begin = [&p](int64_t i) { return p.key_begin(i); };
@@ -211,12 +214,12 @@ void forward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, T* O,
         // first bn rows of Vj (and columns of P).
         // GQA: query head h reads kv head h / (H / H_kv) (problem.hpp's kv_offset).
         int64_t kv = p.kv_offset(b, h, c0);
-        FA_ZOO(KV_HEAD_MOD, kv = ((b * p.H_kv + h % p.H_kv) * p.N_k + c0) * d);  // zoo: kv head h % H_kv
+        FA_ZOO(KV_HEAD_MOD, kv = p.kv_offset(b, h % p.H_kv * (p.H / p.H_kv), c0));  // zoo: kv head h % H_kv
         const T* Kj = K + kv;
-        const T* Vsrc = V + kv;  // rows c0 .. c0 + bn - 1 are contiguous
-        transpose_k(Kj, d, bn, d, Kt.data(), ldk);
+        const T* Vsrc = V + kv;  // rows c0 .. c0 + bn - 1, ldkv apart (d, or H_kv d token-major)
+        transpose_k(Kj, ldkv, bn, d, Kt.data(), ldk);
         for (int64_t c = 0; c < bn; ++c)
-          std::copy(Vsrc + c * d, Vsrc + (c + 1) * d, Vj.data() + c * ldo);
+          std::copy(Vsrc + c * ldkv, Vsrc + c * ldkv + d, Vj.data() + c * ldo);
         io.hbm_read += 2 * bn * d;
 
         // S_ij = scale * Q_i K_j^T, a br x bn block (bcp columns computed), on chip (line 9).

@@ -425,7 +425,11 @@ void split_kv_plan(const fa::AttnProblem& p, const Config& cfg, Plan& pl) {
   pl.threads = v14::kThreads;
   pl.smem_bytes = v14::smem_bytes(int(D));
   pl.row_tiles = ceil_div(p.H / p.H_kv * p.N_q, v14::kRows);
-  const int64_t units = p.B * p.H_kv * pl.row_tiles, tiles = ceil_div(p.N_k, v14::Bc);
+  // The keys one tile's rows may see between them: N_k, or with a sliding window its band over
+  // the N_q rows (the kernel starts the splits at the band; a shorter cached sequence only
+  // narrows it).
+  const int64_t span = p.has_window() ? std::max<int64_t>(1, p.key_end(p.N_q - 1) - p.key_begin(0)) : p.N_k;
+  const int64_t units = p.B * p.H_kv * pl.row_tiles, tiles = ceil_div(span, v14::Bc);
   const int sms = cfg.sm_count > 0 ? cfg.sm_count : std::max(fa::gpu_sm_count(), 0);
   const int64_t sm_count = sms > 0 ? sms : 132;
   // Blocks resident per SM: by shared memory (228 KiB an SM on Hopper, 1 KiB reserved per block)
@@ -446,7 +450,7 @@ void split_kv_plan(const fa::AttnProblem& p, const Config& cfg, Plan& pl) {
   if (s > tiles)
     throw Unsupported("--splits", "at most one split per 64-key tile (" + std::to_string(tiles) + " here)", std::to_string(s));
   pl.keys_per_split = ceil_div(tiles, s) * v14::Bc;
-  pl.splits = ceil_div(p.N_k, pl.keys_per_split);  // no empty split
+  pl.splits = ceil_div(span, pl.keys_per_split);  // no empty split
   pl.blocks = units * pl.splits;
   if (pl.splits > 1) check_int(ceil_div(p.B * p.H * p.N_q, v14::kWarps), "--batch/--heads/--seq-q", "the merge's blocks");
   if (pl.splits > 1)
@@ -614,23 +618,16 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
 Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const Config& cfg,
           const KvCache& cache) {
   fa::validate(p);
-  // Issue 34: v1 and v13 take a sliding window and a softcap (math.md section 8; the kernels'
-  // headers say how); the other kernels refuse them, never ignore them.
+  // Issue 34: v1, v13 and v14 take a sliding window and a softcap (math.md section 8; the
+  // kernels' headers say how); the other kernels refuse them, never ignore them.
   const bool variant = p.has_window() || p.softcap > 0.f;
   const std::string variant_flag = p.has_window() ? "--window" : "--softcap";
-  const std::string variant_value = p.has_window() ? std::to_string(p.window_left) + "," + std::to_string(p.window_right)
-                                                   : std::to_string(p.softcap);
-  if (variant && cache.any())
-    throw Unsupported(variant_flag, "no KV cache with it (v14, which reads the cache, takes no window or softcap yet)",
-                      variant_value);
   std::string name = kernel;  // the kernel asked for, once "auto" is resolved
   Plan pl;
   if (kernel == "auto") {
     AutoChoice choice = cache.any() && dtype != fa::DType::fp32
                             ? AutoChoice{"v14", "a KV cache: v14 is the kernel that reads one"}
                             : auto_kernel(p, dtype, cfg);
-    if (variant && choice.kernel == "v14")
-      choice = {"v13", "decode with a window or softcap: v13 takes them, v14 not yet"};
     name = choice.kernel;
     pl.note = "auto: " + choice.kernel + " (" + choice.why + ")";
   }
@@ -692,9 +689,9 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
     if (info.persistent && !kernel_info(pl.runs).persistent && cfg.persistent_blocks > 0)
       add_note("--persistent-blocks does not apply to " + pl.runs);
   }
-  if (variant && pl.runs != "v1" && pl.runs != "v13") {
+  if (variant && pl.runs != "v1" && pl.runs != "v13" && pl.runs != "v14") {
     if (kernel != "auto")
-      throw Unsupported(variant_flag, "kernel v1, v13 or auto (the kernels that take a window and a softcap)",
+      throw Unsupported(variant_flag, "kernel v1, v13, v14 or auto (the kernels that take a window and a softcap)",
                         "kernel " + asked + (pl.runs != name ? ", which runs " + pl.runs + " here" : ""));
     add_note(pl.runs + " takes no window or softcap: ran v1");  // auto off Hopper: v5 would run
     pl.runs = "v1";

@@ -142,8 +142,8 @@ TEST_CASE("05 v1: variant battery (sliding window, softcap) in fp32, fp16 and bf
     fa::check_variant_forward_battery(stage_05_forward("v1", t), false, storage("v1", t));
   }
 }
-TEST_CASE("05 v13 and auto: variant battery (sliding window, softcap) in fp16 and bf16") {
-  for (const char* k : {"v13", "auto"})
+TEST_CASE("05 v13, v14 and auto: variant battery (sliding window, softcap) in fp16 and bf16") {
+  for (const char* k : {"v13", "v14", "auto"})
     for (fa::DType t : {fa::DType::fp16, fa::DType::bf16}) {
       if (std::string(k) == "v13" && !runs_itself(k)) continue;  // v13 off sm_90 would run v5, which refuses the variants
       INFO(k << " dtype " << std::string(fa::dtype_name(t)));
@@ -298,6 +298,38 @@ TEST_CASE("05 v14 KV cache: per-sequence lengths, paged (P = 16 ... 256), shared
           INFO("page size " << P << " (0: contiguous), N_k " << N_k << ", causal " << causal);
           fa::check_forward_case(cache_forward(P == 64 ? "auto" : "v14", t, P), c, false, storage("v14", t));
         }
+}
+
+// Issue 34 in decode: a sliding window moves where v14's splits start (the band, not the cache),
+// each row masks both ends; a softcap before the mask. At the plan's split count and forced ones,
+// contiguous and on a KV cache (lengths, pages: the band follows each sequence's length).
+TEST_CASE("05 v14: windows and softcaps in decode, at every split count and on a KV cache") {
+  struct W {
+    int64_t left, right;
+    bool causal;
+    float softcap;
+  };
+  const W ws[] = {{100, -1, true, 0.f}, {0, 0, true, 0.f}, {700, 50, false, 0.f}, {-1, -1, true, 30.f}, {300, -1, true, 10.f}};
+  const int64_t shapes[][4] = {{2, 8, 2, 1}, {1, 16, 2, 4}, {2, 4, 4, 3}};
+  for (auto& sh : shapes)
+    for (int64_t N_k : {65, 1000, 4097})
+      for (const W& w : ws) {
+        fa::AttnProblem p = fa::make_problem(sh[0], sh[1], sh[2], sh[3], N_k, 128, w.causal);
+        p.window_left = w.left, p.window_right = w.right, p.softcap = w.softcap;
+        const fa::Case c{"v14 variant", p, w.softcap > 0 ? fa::Fill::Logits100 : fa::Fill::HighDims};
+        INFO("N_k " << N_k << " window " << w.left << "," << w.right << " causal " << w.causal << " softcap " << w.softcap);
+        for (int64_t splits : {0, 1, 3}) {
+          fa05::Config cfg;
+          cfg.splits = splits;
+          if (splits > (p.key_end(p.N_q - 1) - p.key_begin(0) + 63) / 64) continue;  // more than the band's tiles
+          INFO("splits " << splits << " (0: the plan's)");
+          fa::check_forward_case(stage_05_forward("v14", fa::DType::bf16, cfg), c, false, storage("v14", fa::DType::bf16));
+        }
+        for (int64_t P : {0, 64}) {
+          INFO("cache, page size " << P << " (0: contiguous)");
+          fa::check_forward_case(cache_forward("v14", fa::DType::fp16, P), c, false, storage("v14", fa::DType::fp16));
+        }
+      }
 }
 
 TEST_CASE("05 v5 at every width (mma.sync: 64, 128, 192, 256, and padded d)") { check_widths("v5", {24, 100, 160, 192, 256}); }

@@ -953,10 +953,10 @@ TEST_CASE("05 program: bad KV cache input, one line naming the flag and exit cod
   std::filesystem::remove_all(dir);
 }
 
-// Issue 34: v1 and v13 take a sliding window and a softcap; auto runs one of them (v13 on Hopper
-// in 16 bits, also for decode shapes where it would pick v14; v1 for fp32); every other kernel,
-// and a KV cache, refuse them, naming the flag, rather than computing full attention.
-TEST_CASE("05 plan: a window or a softcap runs v1 or v13; the other kernels refuse them") {
+// Issue 34: v1, v13 and v14 take a sliding window and a softcap; auto runs one of them (v13 on
+// Hopper in 16 bits, v14 for decode shapes and KV caches, v1 for fp32 and off Hopper); every other
+// kernel refuses them, naming the flag, rather than computing full attention.
+TEST_CASE("05 plan: a window or a softcap runs v1, v13 or v14; the other kernels refuse them") {
   fa::AttnProblem w = fa::make_problem(1, 2, 1, 64, 64, 64, true);
   w.window_left = 16;
   fa::AttnProblem c = fa::make_problem(1, 2, 1, 64, 64, 64, false);
@@ -966,23 +966,29 @@ TEST_CASE("05 plan: a window or a softcap runs v1 or v13; the other kernels refu
   for (const fa::AttnProblem& p : {w, c}) {
     const std::string flag = p.has_window() ? "--window" : "--softcap";
     INFO(flag);
-    for (const char* k : {"v2", "v5", "v12", "v14", "cublas"})
+    for (const char* k : {"v2", "v5", "v12", "cublas"})
       CHECK_THROWS_WITH_AS(fa05::plan(k, p, fa::DType::bf16, hopper), doctest::Contains(flag.c_str()), fa05::Unsupported);
     CHECK(fa05::plan("v1", p, fa::DType::bf16, hopper).runs == "v1");
     CHECK(fa05::plan("auto", p, fa::DType::fp32, hopper).runs == "v1");
     CHECK(fa05::plan("v13", p, fa::DType::bf16, hopper).runs == "v13");
+    CHECK(fa05::plan("v14", p, fa::DType::bf16, hopper).runs == "v14");
     CHECK(fa05::plan("auto", p, fa::DType::bf16, hopper).runs == "v13");
     fa::AttnProblem decode = p;  // auto's v14 shape: one query row a sequence
     decode.N_q = 1, decode.N_k = 4096;
-    CHECK(fa05::plan("auto", fa::make_problem(1, 2, 1, 1, 4096, 64, false), fa::DType::bf16, hopper).runs == "v14");
-    CHECK(fa05::plan("auto", decode, fa::DType::bf16, hopper).runs == "v13");
+    CHECK(fa05::plan("auto", decode, fa::DType::bf16, hopper).runs == "v14");
     fa05::Config ampere;
     ampere.sm = 80;  // no wgmma: auto would run v5, which takes no variant, so v1 runs
     CHECK(fa05::plan("auto", p, fa::DType::bf16, ampere).runs == "v1");
     int32_t dummy = 0;
     const fa05::KvCache lens{&dummy, nullptr, 0, 0, 0};
-    CHECK_THROWS_WITH_AS(fa05::plan("auto", p, fa::DType::bf16, hopper, lens), doctest::Contains(flag.c_str()), fa05::Unsupported);
+    CHECK(fa05::plan("auto", decode, fa::DType::bf16, hopper, lens).runs == "v14");
   }
+  // v14's splits cut the window's band, not the cache: w + N_q keys split as a cache of that length.
+  fa::AttnProblem band = fa::make_problem(1, 8, 8, 1, 65536, 128, true);
+  band.window_left = 1023;
+  const fa::AttnProblem short_cache = fa::make_problem(1, 8, 8, 1, 1024, 128, true);
+  CHECK(fa05::plan("v14", band, fa::DType::bf16, hopper).splits == fa05::plan("v14", short_cache, fa::DType::bf16, hopper).splits);
+  CHECK(fa05::plan("v14", band, fa::DType::bf16, hopper).splits < fa05::plan("v14", fa::make_problem(1, 8, 8, 1, 65536, 128, true), fa::DType::bf16, hopper).splits);
 }
 
 // A KV cache (issue 33): what plan() refuses (the GPU test runs what it takes).

@@ -29,7 +29,9 @@
 // that P^T and dS^T, which multiply dO_i and Q_i, come out of stage 04's micro-kernels row-major.
 //
 // Shapes (common/problem.hpp): Q, O, dO, dQ [B,H,N_q,d]; K, V, dK, dV [B,H_kv,N_k,d];
-// LSE [B,H,N_q] (natural log, -inf for a row that sees no key).
+// LSE [B,H,N_q] (natural log, -inf for a row that sees no key). Or token-major, one sequence of a
+// packed batch (common/varlen.hpp): rows are found with p's offsets and row strides, never by
+// stepping d.
 //
 // Blocks: not stage 04's. FA1's rule (Bc = M/4d, Br = min(Bc, d)) sizes the forward's four tiles;
 // pass 1 keeps six tiles of Bc rows (K_j, V_j, dK_j, dV_j: Bc x d; S^T, dS^T: Bc x Br), and one
@@ -62,7 +64,9 @@ inline Blocks default_blocks(int64_t d) {
   return b;
 }
 
-// D_i = rowsum(dO_i * O_i) for every row (FA2 Alg. 2 line 4): [B,H,N_q], float32.
+// D_i = rowsum(dO_i * O_i) for every row (FA2 Alg. 2 line 4), float32: D[r] for row r of O and dO
+// taken as B H N_q rows of d, in memory order (both layouts hold exactly those rows: D of row i of
+// head h is D[q_offset(b, h, i) / d], [B,H,N_q] when contiguous).
 inline void row_dots(const fa::AttnProblem& p, const float* O, const float* dO, float* D, int threads) {
   FA_ZOO(D_FROM_DO_ONLY, O = dO);  // zoo: D = rowsum(dO * dO)
 #pragma omp parallel for num_threads(threads) schedule(static)
@@ -84,6 +88,7 @@ void backward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, cons
   using namespace tiled::mk;
   const Blocks def = default_blocks(p.d);
   const int64_t d = p.d, G = p.H / p.H_kv;
+  const int64_t ldkv = p.kv_row_stride();  // from one K (V) row to the next in memory
   const int64_t Br = std::min(blk.Br > 0 ? blk.Br : def.Br, p.N_q);
   const int64_t Bc = std::min(blk.Bc > 0 ? blk.Bc : def.Bc, p.N_k);
   const int64_t Tr = (p.N_q + Br - 1) / Br, Tc = (p.N_k + Bc - 1) / Bc;
@@ -145,8 +150,10 @@ void backward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, cons
     // Load K_j, V_j into SRAM (FA2 Alg. 2 line 6); dK_j = dV_j = 0 on chip (line 7).
     const T* k = K + p.kv_offset(b, hk * G, c0);  // query head hk * G reads kv head hk
     const T* v = V + p.kv_offset(b, hk * G, c0);
-    std::copy(k, k + bc * d, Kj.data());
-    std::copy(v, v + bc * d, Vj.data());
+    for (int64_t c = 0; c < bc; ++c) {
+      std::copy(k + c * ldkv, k + c * ldkv + d, Kj.data() + c * d);
+      std::copy(v + c * ldkv, v + c * ldkv + d, Vj.data() + c * d);
+    }
     std::fill(dKj.begin(), dKj.end(), 0.f);
     std::fill(dVj.begin(), dVj.end(), 0.f);
     // Queries outside i_first .. i_last-1 see none of these keys (causal: those before the
@@ -167,7 +174,7 @@ void backward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, cons
           // A row that sees no key has LSE = -inf; +inf makes its P exactly 0 below.
           const float lse = LSE[p.lse_offset(b, h, r0 + r)];
           L[r] = lse == neg_inf ? -neg_inf : lse;
-          Di[r] = D[p.lse_offset(b, h, r0 + r)];
+          Di[r] = D[p.q_offset(b, h, r0 + r) / d];  // D follows O's rows (row_dots)
         }
         // S_ij^T = scale K_j Q_i^T (line 10), bc x brp.
         gemm_qk(Kj.data(), bc, d, Qt.data(), Brp, brp, scale, St.data(), Brp);
@@ -209,8 +216,8 @@ void backward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, cons
     T* dv = dV + p.kv_offset(b, hk * G, c0);
     for (int64_t c = 0; c < bc; ++c)
       for (int64_t x = 0; x < d; ++x) {
-        dk[c * d + x] = scale * dKj[c * dpad + x];
-        dv[c * d + x] = dVj[c * dpad + x];
+        dk[c * ldkv + x] = scale * dKj[c * dpad + x];
+        dv[c * ldkv + x] = dVj[c * dpad + x];
       }
   }
 
@@ -236,8 +243,11 @@ void backward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, cons
     auto& [Qi, dOi, Kt, Vt, Kj, S, dS, dQi, Sl] = s2[static_cast<size_t>(omp_get_thread_num())];
     const int64_t b = t / (p.H * Tr), h = t / Tr % p.H, r0 = t % Tr * Br;
     const int64_t br = std::min(Br, p.N_q - r0);
-    std::copy(Q + p.q_offset(b, h, r0), Q + p.q_offset(b, h, r0) + br * d, Qi.data());
-    std::copy(dO + p.q_offset(b, h, r0), dO + p.q_offset(b, h, r0) + br * d, dOi.data());
+    for (int64_t r = 0; r < br; ++r) {
+      const int64_t qo = p.q_offset(b, h, r0 + r);
+      std::copy(Q + qo, Q + qo + d, Qi.data() + r * d);
+      std::copy(dO + qo, dO + qo + d, dOi.data() + r * d);
+    }
     std::fill(dQi.begin(), dQi.end(), 0.f);
     // As in stage 04's forward: the keys some row of the block sees, and no others.
     const int64_t keys_from = p.key_begin(r0), keys_needed = p.key_end(r0 + br - 1);
@@ -248,8 +258,8 @@ void backward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, cons
       const T* k = K + p.kv_offset(b, h, c0);
       const T* v = V + p.kv_offset(b, h, c0);
       for (int64_t c = 0; c < bn; ++c) {
-        std::copy(k + c * d, k + (c + 1) * d, Kj.data() + c * dpad);
-        for (int64_t x = 0; x < d; ++x) Kt[x * Bcp + c] = k[c * d + x], Vt[x * Bcp + c] = v[c * d + x];
+        std::copy(k + c * ldkv, k + c * ldkv + d, Kj.data() + c * dpad);
+        for (int64_t x = 0; x < d; ++x) Kt[x * Bcp + c] = k[c * ldkv + x], Vt[x * Bcp + c] = v[c * ldkv + x];
       }
       gemm_qk(Qi.data(), br, d, Kt.data(), Bcp, bcp, scale, S.data(), Bcp);      // S_ij
       gemm_qk(dOi.data(), br, d, Vt.data(), Bcp, bcp, 1.f, dS.data(), Bcp);     // dP_ij
@@ -267,7 +277,7 @@ void backward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, cons
           for (int64_t c = 0; c < bcp; ++c) Sl[c] = p.capped_slope(s[c]);  // 0 where masked
         // exercise ds begins
         const float lse = LSE[p.lse_offset(b, h, r0 + r)];
-        const float l = lse == neg_inf ? -neg_inf : lse, Dr = D[p.lse_offset(b, h, r0 + r)];
+        const float l = lse == neg_inf ? -neg_inf : lse, Dr = D[p.q_offset(b, h, r0 + r) / d];
         for (int64_t c = 0; c < bcp; c += VW) {  // P = exp(S - LSE), dS = P * (dP - D)
           const vf pv = exp_neg(load(s + c) - l);
           store(ds + c, pv * (load(ds + c) - Dr));

@@ -38,13 +38,41 @@ int check_scale(float scale) {
   return FA06_OK;
 }
 
-fa::AttnProblem make(int64_t B, int64_t H, int64_t H_kv, int64_t N_q, int64_t N_k, int64_t d, int causal, float scale) {
+fa::AttnProblem make(int64_t B, int64_t H, int64_t H_kv, int64_t N_q, int64_t N_k, int64_t d, int causal, float scale,
+                     int64_t window_left = -1, int64_t window_right = -1, float softcap = 0.f) {
   fa::AttnProblem p;
   p.B = B, p.H = H, p.H_kv = H_kv, p.N_q = N_q, p.N_k = N_k, p.d = d;
   p.causal = causal != 0;
   p.scale = scale;
+  p.window_left = window_left, p.window_right = window_right, p.softcap = softcap;
   return p;
 }
+
+// fa06_backward_cpu and fa06_backward_cpu_variant once the problem is made.
+int backward_cpu_problem(const float* Q, const float* K, const float* V, const float* O, const float* dO,
+                         const float* LSE, float* dQ, float* dK, float* dV, const fa::AttnProblem& p, int64_t Br,
+                         int64_t Bc, int threads) {
+  if (!Q || !K || !V || !O || !dO || !LSE || !dQ || !dK || !dV)
+    return fail(FA06_INVALID_ARGUMENT, "Q, K, V, O, dO, LSE, dQ, dK, dV: expected pointers, found NULL");
+  if (int s = check_scale(p.scale)) return s;
+  if (Br < 0 || Bc < 0)
+    return fail(FA06_INVALID_ARGUMENT, "--block-q/--block-k: expected block sizes >= 0 (0: the default), found Br=" +
+                                           std::to_string(Br) + " Bc=" + std::to_string(Bc));
+  if (threads < 0 || threads > 256)
+    return fail(FA06_INVALID_ARGUMENT, "--threads: expected 0 (all) to 256, found " + std::to_string(threads));
+  try {
+    fa::validate(p);  // sizes, H % H_kv, and a window side below -1 or a softcap < 0 or not finite
+    bwd::Blocks blk;
+    blk.Br = Br, blk.Bc = Bc, blk.threads = threads;
+    bwd::backward<float>(p, Q, K, V, O, dO, LSE, dQ, dK, dV, blk);
+    return FA06_OK;
+  } catch (const fa::InputError& e) {
+    return fail(FA06_INVALID_ARGUMENT, e.what());
+  } catch (const std::bad_alloc&) {
+    return fail(FA06_OUT_OF_MEMORY, "host memory exhausted (D and the block buffers, O(threads * (Br + Bc) * d))");
+  }
+}
+
 
 #if FA06_GPU
 int check_dtype(int dtype) {
@@ -117,6 +145,14 @@ int guarded(F f) {
     return fail(FA06_CUDA_ERROR, e.what());
   }
 }
+// fa06_backward and fa06_backward_variant once the plan has accepted the problem: the GPU and
+// the pointers, then the kernels.
+int backward_gpu_problem(const std::string& k, const fa::AttnProblem& p, fa::DType t, const void* Q, const void* K,
+                         const void* V, const void* O, const void* dO, const float* LSE, void* dQ, void* dK, void* dV,
+                         void* stream) {
+  if (int s = check_device_pointers({Q, K, V, O, dO, LSE, dQ, dK, dV, nullptr})) return s;
+  return guarded([&] { fa06::backward(k, p, t, Q, K, V, O, dO, LSE, dQ, dK, dV, static_cast<cudaStream_t>(stream)); });
+}
 #else
 int no_gpu() { return fail(FA06_UNSUPPORTED, "GPU: expected a build with CUDA, found one without (libfa06.so has the CPU half only)"); }
 #endif
@@ -130,26 +166,18 @@ int fa06_backward_cpu(const float* Q, const float* K, const float* V, const floa
                       int64_t N_q, int64_t N_k, int64_t d, int causal, float scale, int64_t Br, int64_t Bc,
                       int threads) {
   g_error.clear();
-  if (!Q || !K || !V || !O || !dO || !LSE || !dQ || !dK || !dV)
-    return fail(FA06_INVALID_ARGUMENT, "Q, K, V, O, dO, LSE, dQ, dK, dV: expected pointers, found NULL");
-  if (int s = check_scale(scale)) return s;
-  if (Br < 0 || Bc < 0)
-    return fail(FA06_INVALID_ARGUMENT, "--block-q/--block-k: expected block sizes >= 0 (0: the default), found Br=" +
-                                           std::to_string(Br) + " Bc=" + std::to_string(Bc));
-  if (threads < 0 || threads > 256)
-    return fail(FA06_INVALID_ARGUMENT, "--threads: expected 0 (all) to 256, found " + std::to_string(threads));
-  const fa::AttnProblem p = make(B, H, H_kv, N_q, N_k, d, causal, scale);
-  try {
-    fa::validate(p);
-    bwd::Blocks blk;
-    blk.Br = Br, blk.Bc = Bc, blk.threads = threads;
-    bwd::backward<float>(p, Q, K, V, O, dO, LSE, dQ, dK, dV, blk);
-    return FA06_OK;
-  } catch (const fa::InputError& e) {
-    return fail(FA06_INVALID_ARGUMENT, e.what());
-  } catch (const std::bad_alloc&) {
-    return fail(FA06_OUT_OF_MEMORY, "host memory exhausted (D and the block buffers, O(threads * (Br + Bc) * d))");
-  }
+  return backward_cpu_problem(Q, K, V, O, dO, LSE, dQ, dK, dV, make(B, H, H_kv, N_q, N_k, d, causal, scale), Br, Bc,
+                              threads);
+}
+
+int fa06_backward_cpu_variant(const float* Q, const float* K, const float* V, const float* O, const float* dO,
+                              const float* LSE, float* dQ, float* dK, float* dV, int64_t B, int64_t H, int64_t H_kv,
+                              int64_t N_q, int64_t N_k, int64_t d, int causal, float scale, int64_t Br, int64_t Bc,
+                              int threads, int64_t window_left, int64_t window_right, float softcap) {
+  g_error.clear();
+  return backward_cpu_problem(Q, K, V, O, dO, LSE, dQ, dK, dV,
+                              make(B, H, H_kv, N_q, N_k, d, causal, scale, window_left, window_right, softcap), Br,
+                              Bc, threads);
 }
 
 #if FA06_GPU
@@ -169,8 +197,35 @@ int fa06_backward(const char* kernel, const void* Q, const void* K, const void* 
         fa06::backward_plan(k, p, t, {}, 90);
       }))
     return s;
-  if (int s = check_device_pointers({Q, K, V, O, dO, LSE, dQ, dK, dV, nullptr})) return s;
-  return guarded([&] { fa06::backward(k, p, t, Q, K, V, O, dO, LSE, dQ, dK, dV, static_cast<cudaStream_t>(stream)); });
+  return backward_gpu_problem(k, p, t, Q, K, V, O, dO, LSE, dQ, dK, dV, stream);
+}
+
+int fa06_backward_variant(const char* kernel, const void* Q, const void* K, const void* V, const void* O,
+                          const void* dO, const float* LSE, void* dQ, void* dK, void* dV, int64_t B, int64_t H,
+                          int64_t H_kv, int64_t N_q, int64_t N_k, int64_t d, int dtype, int causal, float scale,
+                          int64_t window_left, int64_t window_right, float softcap, void* stream) {
+  g_error.clear();
+  if (!kernel) return fail(FA06_INVALID_ARGUMENT, "--bwd-kernel: expected a name, found NULL");
+  if (int s = check_dtype(dtype)) return s;
+  if (int s = check_scale(scale)) return s;
+  const fa::AttnProblem p = make(B, H, H_kv, N_q, N_k, d, causal, scale, window_left, window_right, softcap);
+  const fa::DType t = static_cast<fa::DType>(dtype);
+  const std::string k = kernel;
+  // A bad window or softcap, and what fa06_backward refuses (the kernel, d), are invalid
+  // arguments; a valid window or softcap the plan does not take is unsupported, with its line.
+  if (int s = guarded([&] {
+        fa::validate(p);
+        fa06::backward_plan(k, make(B, H, H_kv, N_q, N_k, d, causal, scale), t, {}, 90);
+      }))
+    return s;
+  try {
+    fa06::backward_plan(k, p, t, {}, 90);
+  } catch (const std::bad_alloc&) {
+    return fail(FA06_OUT_OF_MEMORY, "host memory exhausted");
+  } catch (const std::exception& e) {
+    return fail(FA06_UNSUPPORTED, e.what());
+  }
+  return backward_gpu_problem(k, p, t, Q, K, V, O, dO, LSE, dQ, dK, dV, stream);
 }
 
 int fa06_workspace_bytes(const char* kernel, int64_t B, int64_t H, int64_t H_kv, int64_t N_q, int64_t N_k,
@@ -239,6 +294,13 @@ int fa06_has_gpu(void) { return 1; }
 #else
 int fa06_backward(const char*, const void*, const void*, const void*, const void*, const void*, const float*, void*,
                   void*, void*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, float, void*) {
+  g_error.clear();
+  return no_gpu();
+}
+
+int fa06_backward_variant(const char*, const void*, const void*, const void*, const void*, const void*, const float*,
+                          void*, void*, void*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, float,
+                          int64_t, int64_t, float, void*) {
   g_error.clear();
   return no_gpu();
 }

@@ -31,7 +31,8 @@ enum fa06_status {
   FA06_OK = 0,
   FA06_INVALID_ARGUMENT = 1, /* a null pointer, a size < 1, H % H_kv != 0, a bad dtype, scale,
                                 block or thread count, an unknown kernel, d above a kernel's limit */
-  FA06_UNSUPPORTED = 2,      /* a valid call this build cannot run (the GPU half without CUDA) */
+  FA06_UNSUPPORTED = 2,      /* a valid call this build cannot run (the GPU half without CUDA; a
+                                window or softcap the GPU kernel does not take) */
   FA06_CUDA_ERROR = 3,       /* CUDA failed (no GPU, a launch or runtime error) */
   FA06_OUT_OF_MEMORY = 4     /* host memory (CPU) or the kernel's workspace (GPU) did not fit */
 };
@@ -46,6 +47,21 @@ FA06_API int fa06_backward_cpu(const float* Q, const float* K, const float* V, c
                                int64_t B, int64_t H, int64_t H_kv, int64_t N_q, int64_t N_k, int64_t d,
                                int causal, float scale, int64_t Br, int64_t Bc, int threads);
 
+/* As fa06_backward_cpu, with a sliding window and a softcap (issue 34; docs/math.md section 8), as
+ * the forward that gave O and LSE had them (fa04_forward_variant, fa05_forward_variant):
+ *   window_left, window_right: keys (rows), query i sees key j iff
+ *       i + N_k - N_q - window_left <= j <= i + N_k - N_q + window_right
+ *     (-1: that side unbounded; with causal the right side is 0). -1, -1 is no window.
+ *   softcap: c > 0, the scores were c tanh(s / c) of the scaled ones s (dS is multiplied by the
+ *     slope 1 - tanh^2); 0 for none.
+ * Rows that see no key get dQ = 0; keys no row sees get dK = dV = 0. A side below -1 (names
+ * "--window") or a softcap < 0 or not finite (names "--softcap"): FA06_INVALID_ARGUMENT. */
+FA06_API int fa06_backward_cpu_variant(const float* Q, const float* K, const float* V, const float* O,
+                                       const float* dO, const float* LSE, float* dQ, float* dK, float* dV,
+                                       int64_t B, int64_t H, int64_t H_kv, int64_t N_q, int64_t N_k, int64_t d,
+                                       int causal, float scale, int64_t Br, int64_t Bc, int threads,
+                                       int64_t window_left, int64_t window_right, float softcap);
+
 /* ---- GPU (runner_bwd.hpp), device pointers ---------------------------------------------------- */
 
 /* The same gradients with GPU kernel `kernel` ("gpu_v1", "gpu_v2", ... fa06_kernel_name; "auto"
@@ -59,6 +75,18 @@ FA06_API int fa06_backward(const char* kernel, const void* Q, const void* K, con
                            const void* dO, const float* LSE, void* dQ, void* dK, void* dV, int64_t B,
                            int64_t H, int64_t H_kv, int64_t N_q, int64_t N_k, int64_t d, int dtype,
                            int causal, float scale, void* stream);
+
+/* As fa06_backward, with a window and a softcap (arguments as fa06_backward_cpu_variant's), on
+ * the kernels whose plan takes them. A bad value: FA06_INVALID_ARGUMENT naming "--window" or
+ * "--softcap", as are the refusals fa06_backward makes (kernel, dtype, d, pointers). A valid window
+ * or softcap the kernel's plan does not take: FA06_UNSUPPORTED with the plan's line (the CPU
+ * backward takes both). Checked before any kernel runs.
+ * Without CUDA in the build: FA06_UNSUPPORTED. */
+FA06_API int fa06_backward_variant(const char* kernel, const void* Q, const void* K, const void* V,
+                                   const void* O, const void* dO, const float* LSE, void* dQ, void* dK,
+                                   void* dV, int64_t B, int64_t H, int64_t H_kv, int64_t N_q, int64_t N_k,
+                                   int64_t d, int dtype, int causal, float scale, int64_t window_left,
+                                   int64_t window_right, float softcap, void* stream);
 
 /* Bytes of GPU workspace fa06_backward takes for this problem (D, and dQ's float32 accumulator
  * for the tensor-core kernels, and the zero-padded copies of Q, K, V, dO, dK, dV where d is not a

@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
       const fa::Stage g = stage_06_gpu(bwd_kernel, t);
       stage.idea = g.idea;
       stage.backward = g.backward;
+      stage.varlen = false;  // the GPU kernels read [B, H, N, d] only: --cu-seqlens-q/-k refused
       stage.precheck = [&](const fa::AttnProblem& p, const fa::Inputs*, fa::DType dt) {
         fa06::backward_plan(resolve_backward_kernel(bwd_kernel), p, dt);
         fa::require_gpu();

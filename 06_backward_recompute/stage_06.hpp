@@ -15,5 +15,6 @@ inline fa::Stage stage_06() {
                   const float* dO, const float* LSE, float* dQ, float* dK, float* dV) {
     bwd::backward<float>(p, Q, K, V, O, dO, LSE, dQ, dK, dV);
   };
+  s.varlen = true;  // rows through the problem's offsets and row strides: a packed batch runs per sequence
   return s;
 }

@@ -60,6 +60,12 @@ TEST_CASE("06 backward: variant battery, Br = Bc = 1 and one block as big as the
   fa::check_variant_backward_battery(with_blocks(100000, 100000), false, stage_06().forward);
 }
 
+TEST_CASE("06 forward and backward: packed variable-length batches (varlen battery), default blocks and Br = 7, Bc = 13") {
+  fa::check_varlen_forward_battery(stage_06().forward);
+  fa::check_varlen_backward_battery(stage_06().backward, false, stage_06().forward);
+  fa::check_varlen_backward_battery(with_blocks(7, 13), false, stage_06().forward);
+}
+
 TEST_CASE("06 backward: 1, 2 and 4 threads give bit-identical dQ, dK, dV") {
   for (const fa::AttnProblem& p : {fa::make_problem(2, 4, 2, 301, 257, 40, true), fa::make_problem(1, 3, 1, 190, 333, 64, false),
                                    fa::make_problem(1, 2, 2, 257, 120, 33, true)}) {

@@ -3,8 +3,11 @@
 // one line naming the argument, outputs left untouched) instead of a crash. Needs no GPU: the
 // GPU half is checked here only for what it refuses before touching a GPU.
 #include <doctest/doctest.h>
+#include <link.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdint>
 #include <limits>
 #include <string>
 #include <vector>
@@ -30,10 +33,59 @@ void backward_via_capi(const fa::AttnProblem& p, const float* Q, const float* K,
   REQUIRE_MESSAGE(s == FA06_OK, fa06_last_error());
 }
 
+// The same with the problem's window and softcap (fa06_backward_cpu_variant).
+void backward_variant_via_capi(const fa::AttnProblem& p, const float* Q, const float* K, const float* V,
+                               const float* O, const float* dO, const float* LSE, float* dQ, float* dK, float* dV) {
+  const int s = fa06_backward_cpu_variant(Q, K, V, O, dO, LSE, dQ, dK, dV, p.B, p.H, p.H_kv, p.N_q, p.N_k, p.d,
+                                          p.causal, p.scale, 0, 0, 0, p.window_left, p.window_right, p.softcap);
+  REQUIRE_MESSAGE(s == FA06_OK, fa06_last_error());
+}
+
 }  // namespace
 
 TEST_CASE("06 C ABI: the backward battery through fa06_backward_cpu") {
   fa::check_backward_battery(backward_via_capi, false, forward04);
+}
+
+TEST_CASE("06 C ABI: the variant backward battery (windows, softcaps) through fa06_backward_cpu_variant") {
+  fa::check_variant_backward_battery(backward_variant_via_capi, false, forward04);
+}
+
+TEST_CASE("06 C ABI: fa06_backward_cpu_variant gives bwd::backward's bits with a window and a softcap") {
+  struct W {
+    int64_t left, right;
+    bool causal;
+    float cap;
+  };
+  for (const W& w : {W{9, 4, false, 0.f}, W{30, -1, true, 5.f}, W{-1, 2, false, 1.5f}, W{-1, -1, true, 0.f}}) {
+    fa::AttnProblem p = fa::make_problem(2, 4, 2, 131, 77, 40, w.causal);
+    p.scale = 0.6f;
+    p.window_left = w.left, p.window_right = w.right, p.softcap = w.cap;
+    INFO(p.describe());
+    fa::Inputs in = fa::random_inputs(p, 8);
+    fa::add_grad_output(in, "", 9);
+    const fa::ForwardRun fwd = fa::run_forward(forward04, in);
+    for (auto [Br, Bc] : {std::pair<int64_t, int64_t>{0, 0}, {7, 13}}) {
+      INFO("Br=" << Br << " Bc=" << Bc);
+      const fa::BackwardRun direct = fa::run_backward(
+          [&](const fa::AttnProblem& q, const float* Q, const float* K, const float* V, const float* O,
+              const float* dO, const float* L, float* dQ, float* dK, float* dV) {
+            bwd::Blocks b;
+            b.Br = Br, b.Bc = Bc, b.threads = 2;
+            bwd::backward<float>(q, Q, K, V, O, dO, L, dQ, dK, dV, b);
+          }, in, fwd);
+      const fa::BackwardRun via = fa::run_backward(
+          [&](const fa::AttnProblem& q, const float* Q, const float* K, const float* V, const float* O,
+              const float* dO, const float* L, float* dQ, float* dK, float* dV) {
+            REQUIRE(fa06_backward_cpu_variant(Q, K, V, O, dO, L, dQ, dK, dV, q.B, q.H, q.H_kv, q.N_q, q.N_k, q.d,
+                                              q.causal, q.scale, Br, Bc, 2, q.window_left, q.window_right,
+                                              q.softcap) == FA06_OK);
+          }, in, fwd);
+      CHECK(fa::same_bits(direct.dQ, via.dQ));
+      CHECK(fa::same_bits(direct.dK, via.dK));
+      CHECK(fa::same_bits(direct.dV, via.dV));
+    }
+  }
 }
 
 TEST_CASE("06 C ABI: the same bits as bwd::backward, for default and explicit blocks") {
@@ -105,6 +157,118 @@ TEST_CASE("06 C ABI: bad arguments get a status and one line naming them; output
   CHECK(fa06_backward_cpu(X.data(), X.data(), X.data(), X.data(), X.data(), L.data(), dQ.data(), dK.data(), dV.data(),
                           1, 1, 1, 4, 4, 16, 0, 0.f, 0, 0, 1) == FA06_OK);
   CHECK(std::string(fa06_last_error()).empty());
+}
+
+TEST_CASE("06 C ABI: a bad window or softcap is refused naming its flag; outputs untouched") {
+  std::vector<float> X(64, 1.f), L(4, 0.f);
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  struct Bad {
+    const char* what;
+    int64_t left, right;
+    float cap;
+  };
+  for (const Bad& b : {Bad{"--window", -2, 4, 0.f}, Bad{"--window", 3, -9, 0.f}, Bad{"--softcap", -1, -1, -0.5f},
+                       Bad{"--softcap", 2, 2, nan}, Bad{"--softcap", -1, -1, inf}}) {
+    INFO(b.what << " " << b.left << "," << b.right << " " << b.cap);
+    std::vector<float> dQ(64, nan), dK(64, nan), dV(64, nan);
+    CHECK(fa06_backward_cpu_variant(X.data(), X.data(), X.data(), X.data(), X.data(), L.data(), dQ.data(), dK.data(),
+                                    dV.data(), 1, 1, 1, 4, 4, 16, 0, 0.f, 0, 0, 0, b.left, b.right,
+                                    b.cap) == FA06_INVALID_ARGUMENT);
+    const std::string msg = fa06_last_error();
+    CHECK(msg.find(b.what) != std::string::npos);
+    CHECK(msg.find('\n') == std::string::npos);
+    for (const auto* t : {&dQ, &dK, &dV})
+      for (float x : *t) CHECK(std::isnan(x));
+    // The GPU half refuses the same values the same way, before any kernel or GPU.
+    CHECK(fa06_backward_variant("auto", X.data(), X.data(), X.data(), X.data(), X.data(), X.data(), X.data(),
+                                X.data(), X.data(), 1, 1, 1, 4, 4, 16, FA06_BF16, 0, 0.f, b.left, b.right,
+                                b.cap, nullptr) == (fa06_has_gpu() ? FA06_INVALID_ARGUMENT : FA06_UNSUPPORTED));
+    if (fa06_has_gpu()) CHECK(std::string(fa06_last_error()).find(b.what) != std::string::npos);
+  }
+  // The other checks are fa06_backward_cpu's.
+  std::vector<float> dQ(64), dK(64), dV(64);
+  CHECK(fa06_backward_cpu_variant(X.data(), X.data(), X.data(), X.data(), nullptr, L.data(), dQ.data(), dK.data(),
+                                  dV.data(), 1, 1, 1, 4, 4, 16, 0, 0.f, 0, 0, 0, 1, 1, 0.f) == FA06_INVALID_ARGUMENT);
+  CHECK(std::string(fa06_last_error()).find("NULL") != std::string::npos);
+  CHECK(fa06_backward_cpu_variant(X.data(), X.data(), X.data(), X.data(), X.data(), L.data(), dQ.data(), dK.data(),
+                                  dV.data(), 1, 1, 1, 4, 4, 16, 0, 0.f, 0, 0, -3, 1, 1, 0.f) == FA06_INVALID_ARGUMENT);
+  CHECK(std::string(fa06_last_error()).find("--threads") != std::string::npos);
+  CHECK(fa06_backward_cpu_variant(X.data(), X.data(), X.data(), X.data(), X.data(), L.data(), dQ.data(), dK.data(),
+                                  dV.data(), 1, 1, 1, 4, 4, 16, 0, 0.f, 0, 0, 1, 1, 1, 3.f) == FA06_OK);
+  CHECK(std::string(fa06_last_error()).empty());
+}
+
+TEST_CASE("06 C ABI: fa06_backward_variant: a window the GPU plan does not take is unsupported, with its line") {
+  if (!fa06_has_gpu()) return;  // the build without CUDA: every GPU call is FA06_UNSUPPORTED (above)
+  // Host memory, 16-byte aligned: a call the plan accepts is then refused at the pointers (or the
+  // missing GPU), exactly as fa06_backward refuses it; one the plan does not take, before that.
+  std::vector<float> big(4 * 16 + 64, 1.f);
+  float* a = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(big.data()) + 15) / 16 * 16);
+  const int plain = fa06_backward("auto", a, a, a, a, a, a, a, a, a, 1, 1, 1, 4, 4, 16, FA06_BF16, 0, 0.f, nullptr);
+  const std::string plain_msg = fa06_last_error();
+  REQUIRE((plain == FA06_INVALID_ARGUMENT || plain == FA06_CUDA_ERROR));
+  struct V {
+    const char* flag;
+    int64_t left, right;
+    float cap;
+  };
+  for (const char* k : {"auto", "gpu_v1", "gpu_v2", "gpu_v4"})
+    for (const V& v : {V{"--window", 2, 0, 0.f}, V{"--window", -1, 5, 0.f}, V{"--softcap", -1, -1, 30.f}}) {
+      INFO(k << " " << v.flag);
+      const int s = fa06_backward_variant(k, a, a, a, a, a, a, a, a, a, 1, 1, 1, 4, 4, 16, FA06_BF16, 0, 0.f, v.left,
+                                          v.right, v.cap, nullptr);
+      const std::string msg = fa06_last_error();
+      CHECK(msg.find('\n') == std::string::npos);
+      if (s == FA06_UNSUPPORTED) {
+        CHECK(msg.find(v.flag) != std::string::npos);
+      } else {  // the plan took it: the same answer as without the variant
+        CHECK(s == plain);
+        CHECK(msg == plain_msg);
+      }
+    }
+  // -1, -1, 0 is no variant: fa06_backward's answer. The kernel and d are checked first.
+  CHECK(fa06_backward_variant("auto", a, a, a, a, a, a, a, a, a, 1, 1, 1, 4, 4, 16, FA06_BF16, 0, 0.f, -1, -1, 0.f,
+                              nullptr) == plain);
+  CHECK(fa06_backward_variant("gpu_v9", a, a, a, a, a, a, a, a, a, 1, 1, 1, 4, 4, 16, FA06_BF16, 0, 0.f, 3, 0, 0.f,
+                              nullptr) == FA06_INVALID_ARGUMENT);
+  CHECK(std::string(fa06_last_error()).find("--bwd-kernel") != std::string::npos);
+  CHECK(fa06_backward_variant("gpu_v1", a, a, a, a, a, a, a, a, a, 1, 1, 1, 4, 4, 300, FA06_BF16, 0, 0.f, 3, 0, 0.f,
+                              nullptr) == FA06_INVALID_ARGUMENT);
+  CHECK(std::string(fa06_last_error()).find("--head-dim") != std::string::npos);
+  CHECK(fa06_backward_variant(nullptr, a, a, a, a, a, a, a, a, a, 1, 1, 1, 4, 4, 16, FA06_BF16, 0, 0.f, 3, 0, 0.f,
+                              nullptr) == FA06_INVALID_ARGUMENT);
+}
+
+TEST_CASE("06 C ABI: libfa06.so exports fa06_* and nothing else") {
+  // The library this test runs, as the dynamic linker loaded it.
+  std::string path;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* out) {
+        const std::string name = info->dlpi_name ? info->dlpi_name : "";
+        if (name.find("libfa06.so") == std::string::npos) return 0;
+        *static_cast<std::string*>(out) = name;
+        return 1;
+      },
+      &path);
+  REQUIRE(!path.empty());
+  FILE* nm = popen(("nm -D --defined-only '" + path + "'").c_str(), "r");
+  REQUIRE(nm != nullptr);
+  char line[512];
+  int fa06 = 0, other = 0;
+  while (std::fgets(line, sizeof line, nm)) {
+    std::string s(line);
+    if (!s.empty() && s.back() == '\n') s.pop_back();
+    const std::string sym = s.substr(s.find_last_of(' ') + 1);
+    if (sym.rfind("fa06_", 0) == 0) ++fa06;
+    else {
+      ++other;
+      INFO("exported: " << sym);
+      CHECK(false);
+    }
+  }
+  CHECK(pclose(nm) == 0);
+  CHECK(fa06 == 12);  // the twelve functions of fa06.h, with or without the GPU half
+  CHECK(other == 0);
 }
 
 TEST_CASE("06 C ABI: the GPU half refuses before it touches a GPU") {

@@ -46,6 +46,12 @@ void add_common_flags(CLI::App& app, CliFlags& f, bool backward, bool outputs) {
                  "KV cache page table: int32 .npy [B, pages_per_seq], N_k = pages_per_seq P; --k/--v are then "
                  "the pages [num_pages,H_kv,P,d]")
       ->needs(f.page_size_opt);
+  app.add_option("--cu-seqlens-q", f.cu_q,
+                 "packed variable-length batch (CPU stages): query offsets, an int32 .npy [B + 1], cu[0] = 0, "
+                 "non-decreasing, cu[B] = total_q; sequence b has queries cu[b] .. cu[b+1] - 1 (0 allowed). Q and O are "
+                 "then [total_q,H,d], LSE [H,total_q]; --batch, if given, must be B; --seq-q/--seq-k are refused");
+  app.add_option("--cu-seqlens-k", f.cu_k,
+                 "packed batch: key offsets, an int32 .npy [B + 1] as --cu-seqlens-q; K and V [total_k,H_kv,d]");
   auto* q = app.add_option("--q", f.q, "Q as .npy (float32, [B,H,N_q,d], [H,N_q,d] or [N_q,d])");
   auto* k = app.add_option("--k", f.k, "K as .npy (float32, [B,H_kv,N_k,d] ...)");
   auto* v = app.add_option("--v", f.v, "V as .npy (float32, shape of K)");
@@ -217,7 +223,87 @@ void check_cache_flags(const CliFlags& f) {
   }
 }
 
+std::string varlen_flag_given(const CliFlags& f) {
+  if (!f.cu_q.empty()) return "--cu-seqlens-q";
+  if (!f.cu_k.empty()) return "--cu-seqlens-k";
+  return "";
+}
+
+void refuse_varlen_flags(const CliFlags& f, const std::string& program) {
+  const std::string flag = varlen_flag_given(f);
+  if (flag.empty()) return;
+  throw InputError(flag, "no packed batch in " + program + " (the CPU stages 01-04 and 06 --device cpu take one)",
+                   flag + " " + (flag == "--cu-seqlens-q" ? f.cu_q : f.cu_k));
+}
+
+nlohmann::json varlen_json(const VarlenHost& v) {
+  return {{"B", v.batch()}, {"cu_seqlens_q", v.cu_q}, {"cu_seqlens_k", v.cu_k}, {"total_q", v.total_q()},
+          {"total_k", v.total_k()}};
+}
+
+namespace {
+
+// One offsets file: an int32 .npy of rank 1, checked alone (validate_cu_seqlens).
+std::vector<int32_t> read_cu_seqlens(const std::string& path, const std::string& flag) {
+  std::vector<int64_t> shape;
+  std::vector<int32_t> cu = read_npy_i32(path, flag, shape);
+  if (shape.size() != 1) throw InputError(flag + " " + path, "an int32 .npy of shape [B + 1]", "shape " + shape_str(shape));
+  validate_cu_seqlens(cu, flag + " " + path);
+  return cu;
+}
+
+// The problem a packed batch's sequences share, from the shape flags: heads, kv heads, head dim,
+// masks, scale, softcap (N_q, N_k: placeholders, each sequence has its own).
+AttnProblem varlen_template(const CliFlags& f) {
+  AttnProblem p = f.p;
+  if (f.shape_opts[2]->count() == 0) p.H_kv = p.H;
+  p.B = 1, p.N_q = p.N_k = 1;
+  apply_variants(f, p);
+  validate(p);
+  return p;
+}
+
+}  // namespace
+
+VarlenHost check_varlen_flags(const CliFlags& f) {
+  VarlenHost v;
+  if (varlen_flag_given(f).empty()) return v;
+  if (f.cu_k.empty()) throw InputError("--cu-seqlens-k", "--cu-seqlens-k F with --cu-seqlens-q (both or neither)", "--cu-seqlens-q alone");
+  if (f.cu_q.empty()) throw InputError("--cu-seqlens-q", "--cu-seqlens-q F with --cu-seqlens-k (both or neither)", "--cu-seqlens-k alone");
+  v.cu_q = read_cu_seqlens(f.cu_q, "--cu-seqlens-q");
+  v.cu_k = read_cu_seqlens(f.cu_k, "--cu-seqlens-k");
+  if (v.cu_k.size() != v.cu_q.size())
+    throw InputError("--cu-seqlens-k " + f.cu_k, std::to_string(v.cu_q.size()) + " offsets (as --cu-seqlens-q: B + 1)",
+                     std::to_string(v.cu_k.size()));
+  validate_varlen(v);
+  // B is the offsets' own; the lengths too: a shape flag that says otherwise is refused.
+  if (f.shape_opts[0]->count() > 0 && f.p.B != v.batch())
+    throw InputError("--batch", std::to_string(v.batch()) + " (B = the " + std::to_string(v.cu_q.size()) +
+                                    " offsets of --cu-seqlens-q minus 1) or no --batch",
+                     std::to_string(f.p.B));
+  for (int i : {3, 4})
+    if (f.shape_opts[i]->count() > 0)
+      throw InputError(i == 3 ? "--seq-q" : "--seq-k",
+                       "no sequence length with --cu-seqlens-q/-k (each sequence's lengths are in the offsets)",
+                       (i == 3 ? "--seq-q " : "--seq-k ") + std::to_string(i == 3 ? f.p.N_q : f.p.N_k));
+  if (!cache_flag_given(f).empty())
+    throw InputError(cache_flag_given(f), "no KV cache flags with a packed batch (--cu-seqlens-q/-k)", cache_flag_given(f));
+  if (!f.o_in.empty() || !f.lse_in.empty())
+    throw InputError(f.o_in.empty() ? "--lse-in" : "--o-in", "no --o-in/--lse-in with a packed batch (its forward runs)",
+                     f.o_in.empty() ? f.lse_in : f.o_in);
+  if (f.q.empty()) varlen_template(f);  // the heads, head dim and variants, checked now
+  return v;
+}
+
 Inputs make_inputs(const CliFlags& f) {
+  if (!varlen_flag_given(f).empty()) {
+    VarlenHost v = check_varlen_flags(f);
+    if (f.q.empty()) return random_varlen_inputs(varlen_template(f), v, f.seed);
+    Inputs in = load_varlen_inputs(f.q, f.k, f.v, f.p.causal, f.p.scale, std::move(v), f.cu_q, f.cu_k);
+    apply_variants(f, in.p);
+    validate(in.p);
+    return in;
+  }
   if (cache_flag_given(f).empty()) return plain_inputs(f);
   check_cache_flags(f);
   KvCacheHost c = read_cache_flags(f);
@@ -280,7 +366,8 @@ void check_output_paths(const CliFlags& f) {
       {"--out", &f.out}, {"--lse", &f.lse}, {"--dq", &f.dq}, {"--dk", &f.dk}, {"--dv", &f.dv}};
   const std::pair<const char*, const std::string*> ins[] = {
       {"--q", &f.q}, {"--k", &f.k}, {"--v", &f.v}, {"--do", &f.dO}, {"--o-in", &f.o_in}, {"--lse-in", &f.lse_in},
-      {"--cache-lens", &f.cache_lens}, {"--block-table", &f.block_table}};
+      {"--cache-lens", &f.cache_lens}, {"--block-table", &f.block_table}, {"--cu-seqlens-q", &f.cu_q},
+      {"--cu-seqlens-k", &f.cu_k}};
   std::vector<std::pair<std::string, fs::path>> seen;  // (flag, canonical path) of inputs and outputs
   std::error_code ec;
   for (auto& [flag, path] : ins)
@@ -412,6 +499,9 @@ int stage_main(int argc, char** argv, const Stage& stage,
   return run_program(app, argc, argv, [&]() -> int {
     // A KV cache only where the stage has a forward on one (stage 05), never with a backward.
     const bool cache = !cache_flag_given(f).empty();
+    // A packed batch only where the stage indexes through the problem's offsets (the CPU stages).
+    const bool varlen = !varlen_flag_given(f).empty();
+    if (varlen && !stage.varlen) refuse_varlen_flags(f, stage.name);
     if (cache && (!stage.cache_forward_for || stage.backward)) refuse_cache_flags(f);
     // A GPU stage's forward depends on --dtype, and forward_for may set the rest of the stage from
     // the flags (stage 06's --device): copy the stage after it.
@@ -421,10 +511,13 @@ int stage_main(int argc, char** argv, const Stage& stage,
     else check_dtype(f);
     Stage st = stage;
     if (fwd) st.forward = fwd;
+    // forward_for may have chosen a GPU path (stage 06 --device gpu), which takes no packed batch.
+    if (varlen && !st.varlen) refuse_varlen_flags(f, stage.name + " on the GPU");
     CacheForwardFn cache_fwd;
     if (cache) cache_fwd = stage.cache_forward_for(dtype);
     check_output_paths(f);
     check_cache_flags(f);
+    check_varlen_flags(f);
     // A GPU stage refuses what it can before any input is made (a large random problem takes
     // seconds to generate), and again once the inputs exist.
     if (st.precheck)
@@ -435,7 +528,9 @@ int stage_main(int argc, char** argv, const Stage& stage,
     // Refuse a run that cannot fit before allocating it (the stage's own N x N matrices, and
     // unless --no-check, stage 01's: the baseline every report compares with).
     const int nxn = bwd ? std::max(stage.nxn_forward, stage.nxn_backward) : stage.nxn_forward;
-    check_memory(estimate_run_bytes(in.p, nxn, bwd, !f.no_check), "--seq-q/--seq-k",
+    check_memory(in.varlen.any() ? estimate_varlen_run_bytes(in.p, in.varlen, nxn, bwd, !f.no_check)
+                                 : estimate_run_bytes(in.p, nxn, bwd, !f.no_check),
+                 in.varlen.any() ? "--cu-seqlens-q/--cu-seqlens-k" : "--seq-q/--seq-k",
                  f.no_check ? "the stage's N_q x N_k matrices and the tensors"
                             : "N_q x N_k matrices of stage 01, the baseline; --no-check skips it");
     if (bwd) add_grad_output(in, f.dO, f.seed);
@@ -458,7 +553,10 @@ int stage_main(int argc, char** argv, const Stage& stage,
       fr = in.cache.any() ? run_forward(cache_fwd, in) : run_forward(st.forward, in);
     }
     // With a cache, the work is each sequence's own keys, not the capacity N_k.
-    const double flops = in.cache.any() ? cache_forward_flops(in.p, in.cache) : in.p.forward_flops();
+    // With a packed batch, each sequence's own N_q(b) x N_k(b), not the padded B N_q N_k.
+    const double flops = in.cache.any()    ? cache_forward_flops(in.p, in.cache)
+                         : in.varlen.any() ? varlen_forward_flops(in.p, in.varlen)
+                                           : in.p.forward_flops();
     BackwardRun br;
     if (bwd) br = run_backward(st.backward, in, fr);
     // From files that passed the checks above a backward can still meet an LSE that is not its
@@ -479,7 +577,7 @@ int stage_main(int argc, char** argv, const Stage& stage,
       j["forward"] = {{"ms", fr.ms}, {"extra_bytes", fr.extra_bytes},
                       {"gflops", flops / (fr.ms * 1e6)}};
     if (bwd) j["backward"] = {{"ms", br.ms}, {"extra_bytes", br.extra_bytes},
-                              {"gflops", in.p.backward_flops() / (br.ms * 1e6)}};
+                              {"gflops", 2.5 * flops / (br.ms * 1e6)}};
 
     std::ostringstream txt;
     txt << stage.name << " — " << st.idea << "\n"
@@ -498,6 +596,15 @@ int stage_main(int argc, char** argv, const Stage& stage,
       if (in.cache.paged())
         txt << "; pages of " << in.cache.page_size << " keys, " << in.cache.pages_per_seq << " a sequence, "
             << in.cache.num_pages << " in the cache";
+      txt << "\n";
+    }
+    if (in.varlen.any()) {
+      const VarlenHost& v = in.varlen;
+      j["varlen"] = varlen_json(v);
+      txt << "  varlen   : a packed batch of " << v.batch() << " sequences, " << v.total_q() << " queries and "
+          << v.total_k() << " keys in all (N_q, N_k above: the longest); N_q(b), N_k(b) =";
+      for (int64_t b = 0; b < v.batch() && b < 8; ++b) txt << (b ? ", " : " ") << v.n_q(b) << "x" << v.n_k(b);
+      if (v.batch() > 8) txt << ", ...";
       txt << "\n";
     }
     if (given)

@@ -5,6 +5,8 @@
 //   or from files      : --q F --k F --v F   (.npy float32, C order, [B,H,N,d] | [H,N,d] | [N,d])
 //   KV cache (stage 05) : --cache-lens X (int32 .npy [B] or "100,0,7"), --page-size P (16 ... 256),
 //                        --block-table F (int32 .npy [B, pages_per_seq]; --k/--v then [num_pages,H_kv,P,d])
+//   packed batch (CPU): --cu-seqlens-q F --cu-seqlens-k F (int32 .npy [B + 1] each); Q, K, V then
+//                        [total, heads, d] (files, or generated from --heads/--kv-heads/--head-dim)
 //   neither            : the default input, real Q/K/V of a pretrained transformer (data/)
 //   outputs            : --out F (O), --lse F; backward stages --do F --dq F --dk F --dv F
 //   report             : human text on stdout, --json for JSON; --no-check skips the comparisons
@@ -34,6 +36,7 @@ struct CliFlags {
   std::string window, softcap;  // --window L,R and --softcap C as typed (apply_variants parses them)
   std::string cache_lens, block_table;  // --cache-lens X, --block-table F as typed (make_inputs reads them)
   int64_t page_size = 0;                // --page-size P
+  std::string cu_q, cu_k;               // --cu-seqlens-q F, --cu-seqlens-k F (make_inputs reads them)
   bool json = false;
   bool no_check = false;
   CLI::Option* shape_opts[6] = {};  // to tell whether any shape flag was given
@@ -51,6 +54,9 @@ void apply_variants(const CliFlags& f, AttnProblem& p);
 
 // Builds the inputs the flags describe: files if --q/--k/--v, random if any shape flag, else the
 // default real input; --window and --softcap apply to all three. Throws InputError.
+// With --cu-seqlens-q/-k (check_varlen_flags), in.varlen is set: --q/--k/--v are then
+// [total_q,H,d] and [total_k,H_kv,d] whose token counts the last offsets must equal, or, without
+// files, the inputs are generated in that shape from --heads, --kv-heads, --head-dim and --seed.
 // With the KV cache flags, in.cache is set and validated (validate_kv_cache):
 //   --cache-lens X   the lengths, from an int32 .npy of B entries (a name ending in .npy) or a
 //                    comma list ("100,0,1,4096")
@@ -64,6 +70,21 @@ Inputs make_inputs(const CliFlags& f);
 // lengths, the page size and the table read and checked, and against the problem where the shape
 // flags give it. Throws InputError naming the flag.
 void check_cache_flags(const CliFlags& f);
+
+// The packed-batch flags (--cu-seqlens-q, --cu-seqlens-k, varlen.hpp), checked before any input is
+// made: both or neither; each an int32 .npy of rank 1 and B + 1 >= 2 entries, cu[0] = 0,
+// non-decreasing, both of one length and at least one token; --batch, if given, equal to B;
+// --seq-q, --seq-k refused (each sequence's lengths are in the offsets); no KV cache flag, no
+// --o-in/--lse-in. Returns the offsets (empty when neither flag is given). Throws InputError
+// naming the flag.
+VarlenHost check_varlen_flags(const CliFlags& f);
+// The first packed-batch flag given ("--cu-seqlens-q", "--cu-seqlens-k"), "" if none.
+std::string varlen_flag_given(const CliFlags& f);
+// Throws InputError if a packed-batch flag is given: for the programs that take none (the GPU
+// stages, the tour).
+void refuse_varlen_flags(const CliFlags& f, const std::string& program);
+// The packed batch as a JSON object (B, cu_seqlens_q, cu_seqlens_k, total_q, total_k), for --json.
+nlohmann::json varlen_json(const VarlenHost& v);
 
 // The first KV cache flag given ("--cache-lens", "--page-size", "--block-table"), "" if none.
 std::string cache_flag_given(const CliFlags& f);

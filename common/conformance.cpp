@@ -168,6 +168,67 @@ std::vector<Case> variant_battery() {
   return cs;
 }
 
+namespace {
+
+// Offsets from lengths: cu[0] = 0, cu[b+1] = cu[b] + lens[b].
+std::vector<int32_t> offsets(const std::vector<int32_t>& lens) {
+  std::vector<int32_t> cu{0};
+  for (int32_t n : lens) cu.push_back(cu.back() + n);
+  return cu;
+}
+
+std::string lens_tag(const std::vector<int32_t>& lq, const std::vector<int32_t>& lk) {
+  std::ostringstream s;
+  s << "B" << lq.size() << " N_q(b)xN_k(b)";
+  for (size_t b = 0; b < lq.size() && b < 8; ++b) s << (b ? "," : " ") << lq[b] << "x" << lk[b];
+  if (lq.size() > 8) s << ",...";
+  return s.str();
+}
+
+}  // namespace
+
+std::vector<Case> varlen_battery() {
+  std::vector<Case> cs;
+  // p gives the heads, head dim and variants; lq, lk each sequence's queries and keys.
+  auto add = [&](const std::string& what, AttnProblem p, const std::vector<int32_t>& lq, const std::vector<int32_t>& lk,
+                 Fill fill = Fill::Normal) {
+    std::string t = tag(p);
+    t = t.substr(t.find(" H") + 1);  // the heads on: B, N_q and N_k are the sequences'
+    t = t.substr(0, t.find(" Nq")) + t.substr(t.find(" d"));
+    cs.push_back({"varlen " + what + ": " + lens_tag(lq, lk) + " " + t, p, fill, offsets(lq), offsets(lk)});
+  };
+  const std::vector<int32_t> lens = {0, 1, 127, 129, 1000, 64};  // 127, 129: a block of 128 +- 1
+  // N_q(b) != N_k(b): queries and no key (their rows see nothing: O = 0, LSE = -inf), keys and no
+  // query, a decode row on 1000 keys, more queries than keys (causal: the first 200 rows see none).
+  const std::vector<int32_t> lq = {5, 0, 129, 1, 300, 127}, lk = {0, 7, 127, 1000, 100, 129};
+  for (bool causal : {false, true}) {
+    add("equal lengths", make(1, 4, 2, 1, 1, 32, causal), lens, lens);
+    add("N_q != N_k", make(1, 4, 2, 1, 1, 32, causal), lq, lk, Fill::HighDims);
+  }
+  // Windows below a block and across blocks, per sequence (the band aligned to each N_k(b) - N_q(b)).
+  add("window", make_variant(1, 4, 2, 1, 1, 64, true, 64, 0), lens, lens);
+  add("window", make_variant(1, 8, 2, 1, 1, 32, false, 16, 16), lq, lk);
+  // Softcaps on logits of 100 (stage 01 overflows without one), with and without a window.
+  add("softcap", make_variant(1, 4, 2, 1, 1, 64, true, -1, -1, 30.f), lens, lens, Fill::Logits100);
+  add("window and softcap, MQA", make_variant(1, 8, 1, 1, 1, 32, false, 50, 10, 5.f), lq, lk, Fill::Logits100);
+  // Many short sequences (lengths 0 ... 5, more sequences than threads and blocks): rows must not
+  // bleed between neighbours.
+  std::vector<int32_t> sq, sk;
+  for (int32_t b = 0; b < 40; ++b) sq.push_back(b % 6), sk.push_back((b * 7 + 3) % 6);
+  add("many short", make(1, 4, 2, 1, 1, 16, true), sq, sk);
+  add("many short", make(1, 4, 1, 1, 1, 16, false), sk, sq);
+  return cs;
+}
+
+std::vector<Case> varlen_backward_battery() {
+  std::vector<Case> out;
+  const std::vector<Case> all = varlen_battery();
+  // Causal halves stage 01's work on the 1000-token sequence; the rest as they are.
+  for (size_t i = 0; i < all.size(); ++i)
+    if (all[i].name.find("equal lengths") == std::string::npos || all[i].p.causal) out.push_back(all[i]);
+  return out;
+}
+
 std::vector<Case> variant_backward_battery() {
   std::vector<Case> out;
   for (const Case& c : variant_battery())
@@ -177,16 +238,23 @@ std::vector<Case> variant_backward_battery() {
 
 Inputs case_inputs(const Case& c) {
   Inputs in;
-  if (c.fill == Fill::RealL0 || c.fill == Fill::RealL5) {
+  if (!c.cu_q.empty()) {  // a packed batch: [total, heads, d], then the fills that read no shape
+    REQUIRE_MESSAGE((c.fill == Fill::Normal || c.fill == Fill::HighDims || c.fill == Fill::Logits30 ||
+                     c.fill == Fill::Logits100 || c.fill == Fill::OnesV),
+                    "a packed batch takes the fills that do not index by [B, H, N, d]");
+    in = random_varlen_inputs(c.p, VarlenHost{c.cu_q, c.cu_k}, hash(c.name));
+    add_grad_output(in, "", hash(c.name));
+  } else if (c.fill == Fill::RealL0 || c.fill == Fill::RealL5) {
     const std::string dir = std::string(FA_DATA_DIR) + "/minilm_l" + (c.fill == Fill::RealL0 ? "0" : "5");
     in = load_inputs(dir + "_q.npy", dir + "_k.npy", dir + "_v.npy", c.p.causal, c.p.scale);
     in.p.window_left = c.p.window_left, in.p.window_right = c.p.window_right, in.p.softcap = c.p.softcap;
     validate(in.p);
     add_grad_output(in, "", hash(c.name));
     return in;
+  } else {
+    in = random_inputs(c.p, hash(c.name));
+    add_grad_output(in, "", hash(c.name));
   }
-  in = random_inputs(c.p, hash(c.name));
-  add_grad_output(in, "", hash(c.name));
   const AttnProblem& p = in.p;
   switch (c.fill) {
     case Fill::HighDims:
@@ -242,6 +310,20 @@ Fp32Bound fp32_bound(const Inputs& in) {
 
 namespace {
 
+// The float64 reference forward of a case's inputs: plain, or sequence by sequence on a packed batch.
+void reference_of(const Inputs& in, TensorD& O, TensorD& LSE) {
+  if (in.varlen.any()) reference_varlen_forward(in.p, in.varlen, in.Q, in.K, in.V, O, LSE);
+  else reference_forward(in.p, in.Q, in.K, in.V, O, LSE);
+}
+
+// The row of O (in rows of d elements) that holds LSE entry r: r itself in [B, H, N_q]; a packed
+// batch's LSE [H, total_q] holds token t of head h at h total_q + t, its O row is t H + h.
+int64_t o_row_of_lse(const Inputs& in, int64_t r) {
+  if (!in.varlen.any()) return r;
+  const int64_t total = in.varlen.total_q();
+  return r % total * in.p.H + r / total;
+}
+
 // err(stage) <= 2 * baseline + floor, element by element (fa::compare takes the max).
 void check_rule(const char* what, const ErrorStats& stage, double baseline, double floor) {
   INFO(std::string(what) << ": stage err " << stage.max_abs << " (at " << stage.worst << "), baseline "
@@ -264,10 +346,11 @@ void check_forward_case(const ForwardFn& f, const Case& c, bool is_stage01, Stor
       REQUIRE_MESSAGE(count_nonfinite(t->ptr(), t->numel()) == 0, "inputs exceed the dtype's range");
     }
   }
+  REQUIRE_MESSAGE((!lowp || !in.varlen.any()), "a packed batch runs the float32 CPU stages");
   const AttnProblem& p = in.p;
-  const ForwardRun run = run_forward(f, in);
+  const ForwardRun run = run_forward(f, in);  // on a packed batch, sequence by sequence
   TensorD O64, LSE64;
-  reference_forward(p, in.Q, in.K, in.V, O64, LSE64);
+  reference_of(in, O64, LSE64);
   const ErrorStats eO = compare(run.O.ptr(), O64.ptr(), run.O.numel());
   const ErrorStats eL = compare(run.LSE.ptr(), LSE64.ptr(), run.LSE.numel());
   const Fp32Bound bound = fp32_bound(in);
@@ -278,10 +361,10 @@ void check_forward_case(const ForwardFn& f, const Case& c, bool is_stage01, Stor
   INFO("max |S| = " << maxS << ", fp32 bound O " << bound.O << " LSE " << bound.LSE);
 
   // Rows that see no key: O = 0 exactly, LSE = -inf (never NaN), for every stage.
-  for (int64_t r = 0; r < p.lse_elems(); ++r) {
+  for (int64_t r = 0; r < LSE64.numel(); ++r) {
     if (LSE64[r] != -std::numeric_limits<double>::infinity()) continue;
     CHECK(run.LSE[r] == -std::numeric_limits<float>::infinity());
-    for (int64_t c2 = 0; c2 < p.d; ++c2) CHECK(run.O[r * p.d + c2] == 0.f);
+    for (int64_t c2 = 0; c2 < p.d; ++c2) CHECK(run.O[o_row_of_lse(in, r) * p.d + c2] == 0.f);
   }
 
   if (is_stage01) {
@@ -335,6 +418,14 @@ void check_variant_backward_battery(const BackwardFn& f, bool is_stage01, const 
   for (const Case& c : variant_backward_battery()) check_backward_case(f, c, is_stage01, forward, st);
 }
 
+void check_varlen_forward_battery(const ForwardFn& f, bool is_stage01) {
+  for (const Case& c : varlen_battery()) check_forward_case(f, c, is_stage01);
+}
+
+void check_varlen_backward_battery(const BackwardFn& f, bool is_stage01, const ForwardFn& forward) {
+  for (const Case& c : varlen_backward_battery()) check_backward_case(f, c, is_stage01, forward);
+}
+
 void check_backward_case(const BackwardFn& f, const Case& c, bool is_stage01, const ForwardFn& forward, Storage st) {
   INFO("case: " << c.name << (st.dtype != DType::fp32 ? std::string(" [") + dtype_name(st.dtype) +
                                                             (st.P_in_dtype ? ", P and dS in dtype]" : "]")
@@ -348,6 +439,8 @@ void check_backward_case(const BackwardFn& f, const Case& c, bool is_stage01, co
     }
   }
   REQUIRE_MESSAGE((forward || !lowp), "a 16-bit backward is checked with the forward that feeds it");
+  REQUIRE_MESSAGE((!lowp || !in.varlen.any()), "a packed batch runs the float32 CPU backwards");
+  const bool varlen = in.varlen.any();
   const AttnProblem& p = in.p;
   const double maxS = capped_max(p, max_logit(in, false));  // the largest logit exp() meets
   // Stage 01's materialised backward overflows like its forward there: a backward fed by its own
@@ -361,8 +454,12 @@ void check_backward_case(const BackwardFn& f, const Case& c, bool is_stage01, co
   const ForwardRun fwd = forward ? run_forward(forward, in) : fwd01;
   const BackwardRun run = run_backward(f, in, fwd);
   TensorD dQ64, dK64, dV64;
-  reference_backward(p, convert<double>(in.Q), convert<double>(in.K), convert<double>(in.V),
-                     convert<double>(in.dO), dQ64, dK64, dV64);
+  if (varlen)  // sequence by sequence
+    reference_varlen_backward(p, in.varlen, convert<double>(in.Q), convert<double>(in.K), convert<double>(in.V),
+                              convert<double>(in.dO), dQ64, dK64, dV64);
+  else
+    reference_backward(p, convert<double>(in.Q), convert<double>(in.K), convert<double>(in.V),
+                       convert<double>(in.dO), dQ64, dK64, dV64);
   const BackwardRun r01 = run_backward(baseline_backward, in, fwd01);
   // A backward that recomputes P from its forward's LSE inherits LSE's rounding to float32
   // (a relative error up to 2^-24 |LSE| in every P of the row), which stage 01, normalising by
@@ -374,16 +471,29 @@ void check_backward_case(const BackwardFn& f, const Case& c, bool is_stage01, co
   // A 16-bit backward also stores D's O, P, dS and the gradients in the dtype: measured the same
   // way, the storage error replaces the float32-LSE term (it includes it).
   TensorD dX32[3];
-  if (forward)
+  if (forward && varlen)
+    reference_varlen_backward(p, in.varlen, convert<double>(in.Q), convert<double>(in.K), convert<double>(in.V),
+                              convert<double>(in.dO), dX32[0], dX32[1], dX32[2], /*lse_in_float32=*/true, &fwd.O,
+                              &fwd.LSE);
+  else if (forward)
     reference_backward(p, convert<double>(in.Q), convert<double>(in.K), convert<double>(in.V),
                        convert<double>(in.dO), dX32[0], dX32[1], dX32[2], /*lse_in_float32=*/true,
                        lowp ? BackwardStorage{st.dtype, st.P_in_dtype, &fwd.O}
                             : BackwardStorage{DType::fp32, false, &fwd.O, &fwd.LSE});
   // A query row that sees no key (causal, N_q > N_k) has no gradient: dQ exactly 0, never NaN.
-  for (int64_t bh = 0; bh < p.B * p.H; ++bh)
-    for (int64_t i = 0; i < p.N_q; ++i)
-      if (p.keys_seen(i) == 0)
-        for (int64_t c2 = 0; c2 < p.d; ++c2) CHECK(run.dQ[(bh * p.N_q + i) * p.d + c2] == 0.f);
+  // (On a packed batch: the rows whose float64 LSE is -inf, those of a sequence without keys too.)
+  if (varlen) {
+    TensorD O64, LSE64;
+    reference_of(in, O64, LSE64);
+    for (int64_t r = 0; r < LSE64.numel(); ++r)
+      if (LSE64[r] == -std::numeric_limits<double>::infinity())
+        for (int64_t c2 = 0; c2 < p.d; ++c2) CHECK(run.dQ[o_row_of_lse(in, r) * p.d + c2] == 0.f);
+  } else {
+    for (int64_t bh = 0; bh < p.B * p.H; ++bh)
+      for (int64_t i = 0; i < p.N_q; ++i)
+        if (p.keys_seen(i) == 0)
+          for (int64_t c2 = 0; c2 < p.d; ++c2) CHECK(run.dQ[(bh * p.N_q + i) * p.d + c2] == 0.f);
+  }
   const Tensor* got[3] = {&run.dQ, &run.dK, &run.dV};
   const Tensor* base[3] = {&r01.dQ, &r01.dK, &r01.dV};
   const TensorD* ref[3] = {&dQ64, &dK64, &dV64};

@@ -45,8 +45,11 @@ enum class Fill {
 
 struct Case {
   std::string name;
-  AttnProblem p;
+  AttnProblem p;  // a packed batch: its heads, head dim, masks, scale, softcap (B, N_q, N_k unused)
   Fill fill = Fill::Normal;
+  // A packed variable-length batch (varlen.hpp): the query and key offsets, B + 1 entries each;
+  // empty: the plain problem p. Such a case runs every stage sequence by sequence (run_forward()).
+  std::vector<int32_t> cu_q = {}, cu_k = {};
 };
 
 // The forward battery (~90 cases: sizes, ragged pairs, head dims, masks, GQA, batch, logit
@@ -64,6 +67,14 @@ std::vector<Case> backward_battery();
 std::vector<Case> variant_battery();
 // Its subset small enough for the materialised backward (N_q N_k <= 500^2).
 std::vector<Case> variant_backward_battery();
+
+// The packed-batch battery (issue 34, varlen.hpp): sequences of 0, 1, 127, 129 and ~1000 tokens in
+// one batch, N_q(b) != N_k(b) (a sequence with queries and no key, keys and no query, a decode
+// row, more queries than keys under causal), causal, windows, softcaps on logits of 100, all
+// through GQA, and many short sequences. Judged by the same rule as every case.
+std::vector<Case> varlen_battery();
+// Its subset for the backward (still with a sequence of ~1000 tokens, causal).
+std::vector<Case> varlen_backward_battery();
 
 // Inputs of a case, deterministic (the seed is a hash of the case name). dO is always filled.
 Inputs case_inputs(const Case& c);
@@ -95,6 +106,8 @@ void check_forward_case(const ForwardFn& f, const Case& c, bool is_stage01 = fal
 // The same rule over the variant battery (the CPU stages in float32; the GPU kernels that take a
 // window and a softcap in their storage type st, as check_forward_battery).
 void check_variant_forward_battery(const ForwardFn& f, bool is_stage01 = false, Storage st = {});
+// The same rule over the packed-batch battery (float32 CPU stages: f runs per sequence).
+void check_varlen_forward_battery(const ForwardFn& f, bool is_stage01 = false);
 
 // Same for a backward: dQ, dK, dV against the float64 reference backward, with stage 01's backward
 // error as the baseline. `forward` (a backward from O and LSE: stage 06 and later) gives the O and
@@ -110,6 +123,8 @@ void check_backward_battery(const BackwardFn& f, bool is_stage01 = false, const 
 // The same over the variant backward battery (float32 CPU backwards; GPU backwards in st).
 void check_variant_backward_battery(const BackwardFn& f, bool is_stage01 = false, const ForwardFn& forward = {},
                                     Storage st = {});
+// The same over the packed-batch backward battery (float32 CPU backwards, per sequence).
+void check_varlen_backward_battery(const BackwardFn& f, bool is_stage01 = false, const ForwardFn& forward = {});
 // One case (used by the battery and by stage-specific tests).
 void check_backward_case(const BackwardFn& f, const Case& c, bool is_stage01 = false, const ForwardFn& forward = {},
                          Storage st = {});

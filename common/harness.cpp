@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
+#include <tuple>
 
 #include "devstats.hpp"
 #include "errors.hpp"
@@ -208,10 +209,80 @@ Inputs load_paged_inputs(const std::string& q, const std::string& k, const std::
   return in;
 }
 
+Inputs random_varlen_inputs(const AttnProblem& p, const VarlenHost& v, uint64_t seed) {
+  validate_varlen(v);
+  Inputs in;
+  in.p = varlen_problem(p, v);
+  validate(in.p);
+  in.varlen = v;
+  check_memory(estimate_varlen_run_bytes(in.p, v, 0, false, false), "--cu-seqlens-q/--cu-seqlens-k",
+               "Q, K, V, O and LSE");
+  in.Q = Tensor({v.total_q(), p.H, p.d});
+  in.K = Tensor({v.total_k(), p.H_kv, p.d});
+  in.V = Tensor({v.total_k(), p.H_kv, p.d});
+  Rng rng(seed);  // drawn in the order random_inputs() draws them
+  rng.fill_normal(in.Q);
+  rng.fill_normal(in.K);
+  rng.fill_normal(in.V);
+  in.source = "random normal(0,1), seed " + std::to_string(seed) + ", a packed batch of " + std::to_string(v.batch()) +
+              " sequences";
+  return in;
+}
+
+Inputs load_varlen_inputs(const std::string& q, const std::string& k, const std::string& v, bool causal, float scale,
+                          VarlenHost cu, const std::string& cu_q_file, const std::string& cu_k_file) {
+  Inputs in;
+  in.Q = read_npy(q, "--q");
+  in.K = read_npy(k, "--k");
+  in.V = read_npy(v, "--v");
+  // Token-major and rank 3 exactly: [total, heads, d] (a rank-3 file is [H, N, d] without varlen).
+  for (auto [x, flag, file] : {std::tuple{&in.Q, "--q", &q}, {&in.K, "--k", &k}, {&in.V, "--v", &v}}) {
+    const auto& sh = x->shape;
+    if (sh.size() != 3 || sh[1] < 1 || sh[2] < 1)
+      throw InputError(std::string(flag) + " " + *file, "a packed batch [total_tokens, heads, d] (rank 3, with --cu-seqlens-q/-k)",
+                       "shape " + shape_str(sh));
+  }
+  const auto &sq = in.Q.shape, &sk = in.K.shape;
+  if (in.V.shape != sk) throw InputError("--v " + v, "the shape of --k " + shape_str(sk), shape_str(in.V.shape));
+  if (sq[2] != sk[2])
+    throw InputError("--q " + q, "head dim " + std::to_string(sk[2]) + " (the last dim of --k)", "shape " + shape_str(sq));
+  if (sq[1] % sk[1] != 0)
+    throw InputError("--k " + k, "a head count dividing the " + std::to_string(sq[1]) + " heads of --q",
+                     "shape " + shape_str(sk));
+  // The last offset is the token count of the file it describes.
+  if (cu.total_q() != sq[0])
+    throw InputError("--cu-seqlens-q " + cu_q_file, "a last offset cu[B] = " + std::to_string(sq[0]) + " (the tokens of --q)",
+                     std::to_string(cu.total_q()));
+  if (cu.total_k() != sk[0])
+    throw InputError("--cu-seqlens-k " + cu_k_file, "a last offset cu[B] = " + std::to_string(sk[0]) + " (the tokens of --k)",
+                     std::to_string(cu.total_k()));
+  check_finite(in.Q, "--q " + q);
+  check_finite(in.K, "--k " + k);
+  check_finite(in.V, "--v " + v);
+  AttnProblem p = make_problem(1, sq[1], sk[1], 1, 1, sq[2], causal);
+  p.scale = scale;
+  in.p = varlen_problem(p, cu);
+  validate(in.p);
+  in.varlen = std::move(cu);
+  check_float32_range(in);
+  in.source = q + ", " + k + ", " + v + " (a packed batch of " + std::to_string(in.varlen.batch()) + " sequences)";
+  return in;
+}
+
+std::vector<int64_t> o_shape(const Inputs& in) {
+  if (in.varlen.any()) return {in.varlen.total_q(), in.p.H, in.p.d};
+  return {in.p.B, in.p.H, in.p.N_q, in.p.d};
+}
+
+std::vector<int64_t> lse_shape(const Inputs& in) {
+  if (in.varlen.any()) return {in.p.H, in.varlen.total_q()};
+  return {in.p.B, in.p.H, in.p.N_q};
+}
+
 void add_grad_output(Inputs& in, const std::string& path, uint64_t seed) {
   if (!path.empty()) {
     in.dO = read_npy(path, "--do");
-    to_bhnd(in.dO, "--do");
+    if (!in.varlen.any()) to_bhnd(in.dO, "--do");  // a packed batch's dO is [total_q, H, d] exactly
     if (in.dO.shape != in.Q.shape)
       throw InputError("--do " + path, "the shape of Q " + shape_str(in.Q.shape),
                        shape_str(in.dO.shape));
@@ -252,6 +323,18 @@ void check_memory(int64_t need, const std::string& arg, const std::string& what)
                    gib(need) + " needed (" + what + ")");
 }
 
+int64_t estimate_varlen_run_bytes(const AttnProblem& p, const VarlenHost& v, int nxn_stage, bool backward, bool check) {
+  const int64_t f = sizeof(float), q = v.total_q() * p.H * p.d, kv = v.total_k() * p.H_kv * p.d;
+  int64_t io = f * (2 * q + 2 * kv + v.total_q() * p.H);  // Q, K, V, O, LSE
+  if (backward) io += f * (2 * q + 2 * kv);                // dO, dQ, dK, dV
+  int64_t nxn = 0;  // the largest sequence's N_q x N_k matrices, per head
+  for (int64_t b = 0; b < v.batch(); ++b) nxn = std::max(nxn, f * p.H * v.n_q(b) * v.n_k(b));
+  const int nxn_baseline = check ? (backward ? 4 : 2) : 0;
+  int64_t need = io + std::max(nxn_stage, nxn_baseline) * nxn;
+  if (check) need += 2 * io;
+  return need;
+}
+
 int64_t estimate_run_bytes(const AttnProblem& p, int nxn_stage, bool backward, bool check) {
   const int64_t f = sizeof(float);
   int64_t io = f * (2 * p.q_elems() + 2 * p.kv_elems() + p.lse_elems());  // Q, K, V, O, LSE
@@ -264,6 +347,20 @@ int64_t estimate_run_bytes(const AttnProblem& p, int nxn_stage, bool backward, b
 }
 
 double max_logit(const Inputs& in, bool abs_terms) {
+  if (in.varlen.any()) {  // sequence by sequence, each a plain problem of its own
+    double mx = 0;
+    const VarlenHost& v = in.varlen;
+    for (int64_t b = 0; b < v.batch(); ++b) {
+      if (v.n_q(b) == 0 || v.n_k(b) == 0) continue;
+      Inputs s;
+      s.p = in.p;
+      s.p.B = 1, s.p.N_q = v.n_q(b), s.p.N_k = v.n_k(b);
+      s.Q = gather_rows(in.Q, in.p.H, in.p.d, v.cu_q[size_t(b)], v.n_q(b));
+      s.K = gather_rows(in.K, in.p.H_kv, in.p.d, v.cu_k[size_t(b)], v.n_k(b));
+      mx = std::max(mx, max_logit(s, abs_terms));
+    }
+    return mx;
+  }
   if (in.cache.any()) {  // sequence by sequence, each on its own keys
     double mx = 0;
     for (int64_t b = 0; b < in.p.B; ++b) {
@@ -303,8 +400,8 @@ namespace {
 template <class Call>
 ForwardRun run_forward_with(const Inputs& in, const Call& call) {
   ForwardRun r;
-  r.O = Tensor({in.p.B, in.p.H, in.p.N_q, in.p.d});
-  r.LSE = Tensor({in.p.B, in.p.H, in.p.N_q});
+  r.O = Tensor(o_shape(in));
+  r.LSE = Tensor(lse_shape(in));
   r.O.poison();
   r.LSE.poison();
   ExtraMemory mem;
@@ -319,6 +416,10 @@ ForwardRun run_forward_with(const Inputs& in, const Call& call) {
 }  // namespace
 
 ForwardRun run_forward(const ForwardFn& f, const Inputs& in) {
+  if (in.varlen.any())
+    return run_forward_with(in, [&](float* O, float* LSE) {
+      varlen_forward(f, in.p, in.varlen, in.Q.ptr(), in.K.ptr(), in.V.ptr(), O, LSE);
+    });
   return run_forward_with(in, [&](float* O, float* LSE) { f(in.p, in.Q.ptr(), in.K.ptr(), in.V.ptr(), O, LSE); });
 }
 
@@ -328,7 +429,8 @@ ForwardRun run_forward(const CacheForwardFn& f, const Inputs& in) {
 
 BackwardRun run_backward(const BackwardFn& f, const Inputs& in, const ForwardRun& fwd) {
   // A caller that forgot add_grad_output() would hand the backward a null dO.
-  if (in.dO.numel() != in.Q.numel() || fwd.O.numel() != in.Q.numel() || fwd.LSE.numel() != in.p.lse_elems())
+  const int64_t lse_elems = in.varlen.any() ? in.p.H * in.varlen.total_q() : in.p.lse_elems();
+  if (in.dO.numel() != in.Q.numel() || fwd.O.numel() != in.Q.numel() || fwd.LSE.numel() != lse_elems)
     throw std::invalid_argument("run_backward: dO (add_grad_output), O and LSE must match the problem");
   BackwardRun r;
   r.dQ = Tensor(in.Q.shape);
@@ -340,8 +442,12 @@ BackwardRun run_backward(const BackwardFn& f, const Inputs& in, const ForwardRun
   ExtraMemory mem;
   ExtraDeviceMemory gpu;
   Timer t;
-  f(in.p, in.Q.ptr(), in.K.ptr(), in.V.ptr(), fwd.O.ptr(), in.dO.ptr(), fwd.LSE.ptr(), r.dQ.ptr(),
-    r.dK.ptr(), r.dV.ptr());
+  if (in.varlen.any())
+    varlen_backward(f, in.p, in.varlen, in.Q.ptr(), in.K.ptr(), in.V.ptr(), fwd.O.ptr(), in.dO.ptr(), fwd.LSE.ptr(),
+                    r.dQ.ptr(), r.dK.ptr(), r.dV.ptr());
+  else
+    f(in.p, in.Q.ptr(), in.K.ptr(), in.V.ptr(), fwd.O.ptr(), in.dO.ptr(), fwd.LSE.ptr(), r.dQ.ptr(), r.dK.ptr(),
+      r.dV.ptr());
   r.ms = t.ms();
   r.extra_bytes = mem.peak_bytes();
   if (gpu.gpu_ms() >= 0) r.gpu_ms = gpu.gpu_ms(), r.gpu_extra_bytes = gpu.peak_bytes();
@@ -356,7 +462,17 @@ Baselines::Baselines(const Inputs& in, bool with_backward) {
     max_abs_logit_ = max_logit(in);
     return;
   }
-  naive_ = run_forward(baseline_forward, in);
+  naive_ = run_forward(baseline_forward, in);  // sequence by sequence on a packed batch
+  if (in.varlen.any()) {  // the float64 reference, sequence by sequence
+    reference_varlen_forward(in.p, in.varlen, in.Q, in.K, in.V, O64_, LSE64_);
+    if (with_backward) {
+      naive_bwd_ = run_backward(baseline_backward, in, naive_);
+      reference_varlen_backward(in.p, in.varlen, convert<double>(in.Q), convert<double>(in.K), convert<double>(in.V),
+                                convert<double>(in.dO), dQ64_, dK64_, dV64_);
+    }
+    max_abs_logit_ = max_logit(in);
+    return;
+  }
   reference_forward(in.p, in.Q, in.K, in.V, O64_, LSE64_);
   if (with_backward) {
     naive_bwd_ = run_backward(baseline_backward, in, naive_);

@@ -10,6 +10,7 @@
 #include "problem.hpp"
 #include "stage.hpp"
 #include "tensor.hpp"
+#include "varlen.hpp"
 
 namespace fa {
 
@@ -18,7 +19,11 @@ struct Inputs {
   Tensor Q, K, V;  // [B,H,N_q,d], [B,H_kv,N_k,d], [B,H_kv,N_k,d]; with a paged cache K and V are
                    // [num_pages,H_kv,P,d] and N_k its capacity (kv_cache.hpp)
   KvCacheHost cache;  // the KV cache the forward runs on (--cache-lens ...); none: the plain problem
-  Tensor dO;       // [B,H,N_q,d]; empty unless a backward will run
+  // A packed variable-length batch (--cu-seqlens-q/-k, varlen.hpp): Q [total_q,H,d], K and V
+  // [total_k,H_kv,d], O like Q, LSE [H,total_q]; p is then varlen_problem(): B sequences, N_q and
+  // N_k the longest one's. None: the plain problem.
+  VarlenHost varlen;
+  Tensor dO;       // shape of Q; empty unless a backward will run
   std::string source;  // "random (seed 0)" or the file names
 };
 
@@ -53,6 +58,22 @@ Inputs random_paged_inputs(const AttnProblem& p, const KvCacheHost& c, uint64_t 
 Inputs load_paged_inputs(const std::string& q, const std::string& k, const std::string& v, bool causal,
                          float scale, KvCacheHost c);
 
+// Random inputs of a packed batch: p's heads, head dim and masks (its B, N_q, N_k are ignored),
+// Q [total_q,H,d], K and V [total_k,H_kv,d] normal(0, 1) from the seed; in.p = varlen_problem().
+// Throws InputError as validate_varlen() and validate().
+Inputs random_varlen_inputs(const AttnProblem& p, const VarlenHost& v, uint64_t seed);
+
+// Q, K, V of a packed batch from files: [total_q,H,d], [total_k,H_kv,d] and K's shape, float32,
+// rank 3 exactly; cu_q[B] must be Q's token count and cu_k[B] K's. Throws InputError naming the
+// flag (--q, --k, --v, --cu-seqlens-q, --cu-seqlens-k; `cu_q_file`, `cu_k_file` name the files).
+Inputs load_varlen_inputs(const std::string& q, const std::string& k, const std::string& v, bool causal, float scale,
+                          VarlenHost cu, const std::string& cu_q_file, const std::string& cu_k_file);
+
+// The shapes of O and LSE for these inputs: [B,H,N_q,d] and [B,H,N_q], or a packed batch's
+// [total_q,H,d] and [H,total_q].
+std::vector<int64_t> o_shape(const Inputs& in);
+std::vector<int64_t> lse_shape(const Inputs& in);
+
 // Adds dO: from a file (shape must equal Q's; InputError on mismatch or NaN) or normal(0, 1).
 void add_grad_output(Inputs& in, const std::string& path, uint64_t seed);
 
@@ -82,6 +103,9 @@ void check_memory(int64_t need, const std::string& arg, const std::string& what)
 // Bytes one stage program needs for problem p: inputs and outputs (and gradients if backward),
 // plus the larger of the stage's own N_q x N_k matrices and, if check, stage 01's (the baseline).
 int64_t estimate_run_bytes(const AttnProblem& p, int nxn_stage, bool backward, bool check);
+// The same for a packed batch: its tensors, and the N_q x N_k matrices of its largest sequence
+// (a stage and stage 01 run one sequence at a time).
+int64_t estimate_varlen_run_bytes(const AttnProblem& p, const VarlenHost& v, int nxn_stage, bool backward, bool check);
 
 struct ForwardRun {
   Tensor O, LSE;
@@ -100,7 +124,8 @@ struct BackwardRun {
   int64_t gpu_extra_bytes = -1;
 };
 
-// Run once. Outputs are poisoned with NaN before the call, so unwritten elements show.
+// Run once. Outputs are poisoned with NaN before the call, so unwritten elements show. On a packed
+// batch (in.varlen), f runs sequence by sequence (varlen_forward(), varlen_backward()).
 ForwardRun run_forward(const ForwardFn& f, const Inputs& in);
 // The same on the inputs' KV cache (in.cache).
 ForwardRun run_forward(const CacheForwardFn& f, const Inputs& in);

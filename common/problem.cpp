@@ -52,6 +52,9 @@ void validate(const AttnProblem& p) {
   if (p.window_left < -1 || p.window_right < -1)
     throw InputError("--window", "L,R with each side >= 0, or -1 for unbounded",
                      std::to_string(p.window_left) + "," + std::to_string(p.window_right));
+  if (p.lse_head_stride != 0 && p.lse_head_stride < p.N_q)
+    throw InputError("lse_head_stride", "0 (contiguous) or >= N_q = " + std::to_string(p.N_q),
+                     std::to_string(p.lse_head_stride));
   // softcap 0 means "none" inside AttnProblem (as scale 0 means 1/sqrt(d)); the CLI refuses a
   // typed 0 (problem_from_flags).
   if (!(std::isfinite(p.softcap) && p.softcap >= 0.f)) {

@@ -13,6 +13,9 @@
 // i + N_k - N_q - left <= j <= i + N_k - N_q + right (-1: that side unbounded; causal is right = 0
 // and composes with it); a softcap c > 0 replaces each scaled score s by c tanh(s / c) before the
 // softmax (Gemma 2). Either way a query row sees ONE contiguous range of keys (key_range() below).
+// A packed variable-length batch (common/varlen.hpp) runs each of its sequences as a B = 1 problem
+// on offset pointers into token-major tensors: token_major and lse_head_stride below say so, and
+// every offset helper honours them, so a stage that indexes through them runs varlen unchanged.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -40,6 +43,15 @@ struct AttnProblem {
   int64_t window_left = -1;   // sliding window: keys at most `left` before row i's diagonal (-1: any)
   int64_t window_right = -1;  // ... and at most `right` after it (-1: any; causal is right = 0)
   float softcap = 0.f;        // c > 0: S = c tanh(S / c) on the scaled scores; 0 means none
+  // The layout of the rows (common/varlen.hpp). false: the course's [B, H, N, d] above. true:
+  // token-major, Q and O [B, N_q, H, d], K and V [B, N_k, H_kv, d] (FlashAttention's layout: the
+  // heads of one token adjacent), so row i of a head is q_row_stride() = H d elements after row
+  // i - 1, not d. A sequence of a packed batch is a B = 1 token-major problem on pointers offset
+  // to its first token.
+  bool token_major = false;
+  // Elements between LSE[b, h, i] and LSE[b, h + 1, i]; 0: N_q (LSE [B, H, N_q], contiguous).
+  // A packed batch's LSE is [H, total_q] (FlashAttention's varlen layout): total_q.
+  int64_t lse_head_stride = 0;
 
   // The scale actually applied: S = scale * Q K^T.
   float resolved_scale() const { return scale != 0.f ? scale : 1.f / std::sqrt(float(d)); }
@@ -53,13 +65,35 @@ struct AttnProblem {
   FA_HOST_DEVICE int64_t kv_head(int64_t h) const { return h / (H / H_kv); }
 
   // Offset (elements) of row i of Q or O for batch b, query head h.
-  FA_HOST_DEVICE int64_t q_offset(int64_t b, int64_t h, int64_t i) const { return ((b * H + h) * N_q + i) * d; }
+  // The GPU kernels read [B, H, N, d] only (their programs refuse a packed batch): in device code
+  // the offsets stay the contiguous formula alone, so the kernels compile exactly as measured.
+  FA_HOST_DEVICE int64_t q_offset(int64_t b, int64_t h, int64_t i) const {
+#if !defined(__CUDA_ARCH__)
+    if (token_major) return ((b * N_q + i) * H + h) * d;
+#endif
+    return ((b * H + h) * N_q + i) * d;
+  }
   // Offset (elements) of row j of K or V seen by query head h (the GQA mapping is applied here).
   FA_HOST_DEVICE int64_t kv_offset(int64_t b, int64_t h, int64_t j) const {
+#if !defined(__CUDA_ARCH__)
+    if (token_major) return ((b * N_k + j) * H_kv + kv_head(h)) * d;
+#endif
     return ((b * H_kv + kv_head(h)) * N_k + j) * d;
   }
   // Offset (elements) of LSE[b, h, i].
-  FA_HOST_DEVICE int64_t lse_offset(int64_t b, int64_t h, int64_t i) const { return (b * H + h) * N_q + i; }
+  FA_HOST_DEVICE int64_t lse_offset(int64_t b, int64_t h, int64_t i) const {
+#if !defined(__CUDA_ARCH__)
+    if (lse_head_stride > 0) return (b * H + h) * lse_head_stride + i;
+#endif
+    return (b * H + h) * N_q + i;
+  }
+  // Elements from one row of Q or O (K or V) to the next of the same head: what a stage that
+  // copies a block of consecutive rows steps by (d contiguous, H d or H_kv d token-major).
+  int64_t q_row_stride() const { return token_major ? H * d : d; }
+  int64_t kv_row_stride() const { return token_major ? H_kv * d : d; }
+  // Elements an LSE buffer must span: lse_offset(B - 1, H - 1, N_q - 1) + 1 (lse_elems() when
+  // contiguous). A stage's scratch LSE indexed by lse_offset() is this long.
+  int64_t lse_span() const { return lse_offset(B - 1, H - 1, N_q - 1) + 1; }
 
   // The keys query row i sees: key_begin <= j < key_end, one contiguous range (empty when the two
   // are equal). This is the ONE place the mask is written; every stage asks it. With

@@ -3,6 +3,8 @@
 // builds the causal mask and the sliding window from the documented rule itself (query i sees key
 // j iff j <= i + N_k - N_q, and i + N_k - N_q - left <= j <= i + N_k - N_q + right), applies the
 // softcap c tanh(S / c) itself, and maps query head h to kv head h / (H / H_kv) itself.
+// Packed variable-length batches: reference_varlen_forward() and reference_varlen_backward() in
+// varlen.hpp run this file's reference on each sequence gathered into [1, H, N, d].
 #pragma once
 #include <cstdint>
 #include <vector>

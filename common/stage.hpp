@@ -48,6 +48,11 @@ struct Stage {
   // A stage that takes a KV cache (--cache-lens, --page-size, --block-table: stage 05, kernel
   // v14): its forward on one, for an element type. Empty: the program refuses the cache flags.
   std::function<CacheForwardFn(DType)> cache_forward_for = {};
+  // A stage whose forward and backward index every row through the problem's offsets
+  // (q_offset(), q_row_stride() ...): it runs a packed variable-length batch (--cu-seqlens-q/-k,
+  // common/varlen.hpp) sequence by sequence on offset pointers. The CPU stages set it; the GPU
+  // kernels read [B, H, N, d] only, and their programs refuse the flags.
+  bool varlen = false;
 };
 
 }  // namespace fa

@@ -18,6 +18,7 @@
 #include "errors.hpp"
 #include "harness.hpp"
 #include "kv_cache.hpp"
+#include "varlen.hpp"
 #include "memtrack.hpp"
 #include "metrics.hpp"
 #include "npy.hpp"
@@ -614,6 +615,142 @@ TEST_CASE("kv cache program: lengths and pages from the flags, checked against r
                                                             "--block-table", table});
     CHECK(rc2 == 2);
     CHECK(text2.empty());
+  }
+  fs::remove_all(dir);
+}
+
+// ---- Packed variable-length batches (common/varlen.hpp) ----
+
+TEST_CASE("varlen: validate_cu_seqlens and validate_varlen name the flag and the offending entry") {
+  const auto refused = [](const fa::VarlenHost& v, const char* flag, const char* found) {
+    CHECK_THROWS_WITH_AS(fa::validate_varlen(v), doctest::Contains(flag), fa::InputError);
+    CHECK_THROWS_WITH_AS(fa::validate_varlen(v), doctest::Contains(found), fa::InputError);
+  };
+  CHECK_NOTHROW(fa::validate_varlen(fa::VarlenHost{{0, 0, 5}, {0, 3, 3}}));  // empty sequences are allowed
+  refused({{0}, {0}}, "--cu-seqlens-q", "1 entries");
+  refused({{2, 5}, {0, 5}}, "--cu-seqlens-q", "cu[0] = 2");
+  refused({{0, 5, 4}, {0, 1, 2}}, "--cu-seqlens-q", "cu[2] = 4 < cu[1] = 5");
+  refused({{0, 5, 6}, {0, 1, 0}}, "--cu-seqlens-k", "cu[2] = 0 < cu[1] = 1");
+  refused({{0, 5, 6}, {0, 6}}, "--cu-seqlens-k", "found 2");
+  refused({{0, 0}, {0, 6}}, "--cu-seqlens-q", "at least one query");
+  refused({{0, 3}, {0, 0}}, "--cu-seqlens-k", "at least one key");
+}
+
+TEST_CASE("varlen: a sequence is a B = 1 token-major problem on offset pointers; the offsets are the documented layout") {
+  const fa::VarlenHost v{{0, 2, 2, 7}, {0, 3, 4, 4}};
+  const fa::AttnProblem p = fa::make_problem(1, 4, 2, 1, 1, 8, true);
+  const fa::AttnProblem s = fa::sequence_problem(p, v, 2);
+  CHECK(s.B == 1);
+  CHECK(s.N_q == 5);
+  CHECK(s.N_k == 0);
+  CHECK(s.token_major);
+  // Q [total_q, H, d]: row i of head h is token i's, its heads adjacent; K [total_k, H_kv, d].
+  CHECK(s.q_offset(0, 3, 2) == (2 * 4 + 3) * 8);
+  CHECK(s.q_row_stride() == 4 * 8);
+  CHECK(s.kv_offset(0, 3, 1) == (1 * 2 + 1) * 8);  // query head 3 reads kv head 1
+  CHECK(s.kv_row_stride() == 2 * 8);
+  // LSE [H, total_q]: head h's row of tokens, total_q = 7 long.
+  CHECK(s.lse_offset(0, 3, 2) == 3 * 7 + 2);
+  CHECK(s.lse_span() == 3 * 7 + 5);
+  const fa::AttnProblem pad = fa::varlen_problem(p, v);
+  CHECK(pad.B == 3);
+  CHECK(pad.N_q == 5);
+  CHECK(pad.N_k == 3);
+  CHECK(!pad.token_major);
+}
+
+TEST_CASE("varlen: the reference per sequence is the plain reference on each sequence's rows; a sequence without keys gives O = 0, LSE = -inf") {
+  const fa::VarlenHost v{{0, 3, 3, 10, 12}, {0, 5, 9, 9, 20}};
+  fa::AttnProblem p = fa::make_problem(1, 4, 2, 1, 1, 8, true);
+  p.softcap = 5.f;
+  const fa::Tensor Q = normals({12, 4, 8}, 1), K = normals({20, 2, 8}, 2), V = normals({20, 2, 8}, 3);
+  fa::TensorD O, LSE;
+  fa::reference_varlen_forward(p, v, Q, K, V, O, LSE);
+  REQUIRE(O.shape == std::vector<int64_t>{12, 4, 8});
+  REQUIRE(LSE.shape == std::vector<int64_t>{4, 12});
+  for (int64_t b = 0; b < 4; ++b) {
+    const int64_t t = v.cu_q[b], n = v.n_q(b), u = v.cu_k[b], m = v.n_k(b);
+    for (int64_t h = 0; h < 4; ++h)
+      for (int64_t i = 0; i < n; ++i) {
+        // Written out here from the layout: token t + i of head h, against the plain reference.
+        fa::Tensor Qb({1, 4, n, 8}), Kb({1, 2, std::max<int64_t>(m, 1), 8}), Vb = Kb;
+        for (int64_t hh = 0; hh < 4; ++hh)
+          for (int64_t ii = 0; ii < n; ++ii)
+            for (int64_t c = 0; c < 8; ++c) Qb[(hh * n + ii) * 8 + c] = Q[((t + ii) * 4 + hh) * 8 + c];
+        for (int64_t g = 0; g < 2; ++g)
+          for (int64_t j = 0; j < m; ++j)
+            for (int64_t c = 0; c < 8; ++c)
+              Kb[(g * m + j) * 8 + c] = K[((u + j) * 2 + g) * 8 + c], Vb[(g * m + j) * 8 + c] = V[((u + j) * 2 + g) * 8 + c];
+        if (m == 0) {
+          CHECK(LSE[h * 12 + t + i] == -INFINITY);
+          for (int64_t c = 0; c < 8; ++c) CHECK(O[((t + i) * 4 + h) * 8 + c] == 0.0);
+          continue;
+        }
+        fa::AttnProblem pb = p;
+        pb.N_q = n, pb.N_k = m;
+        fa::TensorD Ob, Lb;
+        fa::reference_forward(pb, Qb, Kb, Vb, Ob, Lb);
+        CHECK(LSE[h * 12 + t + i] == Lb[h * n + i]);
+        for (int64_t c = 0; c < 8; ++c) CHECK(O[((t + i) * 4 + h) * 8 + c] == Ob[(h * n + i) * 8 + c]);
+      }
+  }
+  // pad_packed puts each sequence's rows at the start of its [heads, N, d] slot, zeros after.
+  const fa::Tensor P = fa::pad_packed(K, v.cu_k, 2, 8, 11);
+  CHECK(P.shape == std::vector<int64_t>{4, 2, 11, 8});
+  CHECK(P[((3 * 2 + 1) * 11 + 10) * 8 + 7] == K[((9 + 10) * 2 + 1) * 8 + 7]);
+  CHECK(P[((0 * 2 + 1) * 11 + 5) * 8] == 0.f);
+}
+
+namespace {
+
+// A stage that runs packed batches, or, wrong on purpose, one blind to the layout (it reads every
+// sequence as if its rows were d apart).
+fa::Stage varlen_stage(bool takes, bool blind) {
+  fa::Stage s;
+  s.name = "varlen_test";
+  s.idea = "stage 01 per sequence";
+  s.forward = [blind](const fa::AttnProblem& p, const float* Q, const float* K, const float* V, float* O, float* LSE) {
+    fa::AttnProblem q = p;
+    if (blind) q.token_major = false;
+    fa::baseline_forward(q, Q, K, V, O, LSE);
+  };
+  s.varlen = takes;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("varlen program: stage_main runs a packed batch per sequence and reports it; a stage blind to the layout fails; one without varlen refuses") {
+  const fs::path dir = fs::temp_directory_path() / "fa_test_varlen_program";
+  fs::create_directories(dir);
+  const std::string cq = (dir / "cuq.npy").string(), ck = (dir / "cuk.npy").string();
+  write_i32(cq, {4}, {0, 17, 17, 50});
+  write_i32(ck, {4}, {0, 20, 31, 31});
+  const std::vector<std::string> args = {"--cu-seqlens-q", cq, "--cu-seqlens-k", ck, "--heads", "4", "--kv-heads", "2",
+                                         "--head-dim", "16", "--causal", "--json"};
+  {
+    const auto [rc, text] = run_main(varlen_stage(true, false), args);
+    REQUIRE(rc == 0);
+    const nlohmann::json j = nlohmann::json::parse(text);
+    CHECK(j["varlen"]["total_q"] == 50);
+    CHECK(j["varlen"]["total_k"] == 31);
+    CHECK(j["forward"]["errors"]["O_vs_f64"]["max_abs"].get<double>() < 1e-5);
+    CHECK(j["forward"]["errors"]["LSE_vs_f64"]["max_abs"].get<double>() < 1e-5);
+  }
+  {
+    const auto [rc, text] = run_main(varlen_stage(true, true), args);
+    REQUIRE(rc == 0);
+    CHECK(nlohmann::json::parse(text)["forward"]["errors"]["O_vs_f64"]["max_abs"].get<double>() > 1e-2);
+  }
+  {
+    std::ostringstream err;
+    std::streambuf* old = std::cerr.rdbuf(err.rdbuf());
+    const auto [rc, text] = run_main(varlen_stage(false, false), args);
+    std::cerr.rdbuf(old);
+    CHECK(rc == 2);
+    CHECK(text.empty());
+    CHECK(err.str() == "varlen_test: --cu-seqlens-q: expected no packed batch in varlen_test (the CPU stages 01-04 and 06 "
+                       "--device cpu take one), found --cu-seqlens-q " + cq + "\n");
   }
   fs::remove_all(dir);
 }

@@ -15,7 +15,7 @@ case "$target" in
   npy) srcs=(tools/fuzz/fuzz_npy.cpp common/npy.cpp) ;;
   cli) incs=(-I01_naive)  # the common harness runs stage 01 as the baseline
        srcs=(tools/fuzz/fuzz_cli.cpp common/cli.cpp common/harness.cpp common/npy.cpp common/problem.cpp
-             common/reference.cpp common/kv_cache.cpp common/memtrack.cpp 01_naive/baseline01.cpp) ;;
+             common/reference.cpp common/kv_cache.cpp common/varlen.cpp common/memtrack.cpp 01_naive/baseline01.cpp) ;;
   *) echo "fuzz: TARGET: expected npy or cli, found '$target'" >&2; exit 2 ;;
 esac
 cxx=$(command -v clang++ || command -v clang++-19 || command -v clang++-16 || command -v clang++-14 || true)

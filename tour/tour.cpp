@@ -108,6 +108,7 @@ int main(int argc, char** argv) {
   fa::add_common_flags(app, f, /*backward=*/false, /*outputs=*/false);
   return fa::run_program(app, argc, argv, [&]() -> int {
     fa::refuse_cache_flags(f);  // the tour runs the plain problem through every stage
+    fa::refuse_varlen_flags(f, "the tour");
     const fa::DType gpu_dtype = fa::parse_dtype(f.dtype);  // for the GPU rows only
     fa::Inputs in = fa::make_inputs(f);
     const std::vector<Entry> all = stages(gpu_dtype, in.p);

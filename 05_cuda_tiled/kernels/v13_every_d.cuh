@@ -256,15 +256,23 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
         // Only a block that an edge of the band crosses is masked: past the tile's first row's
         // key_end (the diagonal, the window's right side, N_k), or before its last row's key_begin.
         const bool mask = c0 + Bc > p.key_end(r0) || c0 < p.key_begin(r0 + Br - 1);
+        // The window's sides as the mask below reads them: -1 unbounded, a side wider than N_q + N_k too
+        // (problem.hpp), causal's right side 0. Uniform across the block.
+        const int64_t wl = p.window_left > p.N_q + p.N_k ? -1 : p.window_left;
+        const int64_t wr = p.causal ? 0 : p.window_right > p.N_q + p.N_k ? -1 : p.window_right;
         if (mask)
           for (int r = 0; r < 2; ++r) {
-            const fa::AttnProblem::KeyRange seen = p.key_range(r0 + warp * 16 + g + r * 8);
-            const int lo = int(max(int64_t(0), min(int64_t(Bc), seen.begin - c0)));
-            const int hi = int(max(int64_t(0), min(int64_t(Bc), seen.end - c0)));
+            // key_range() of the row, relative to c0 and clamped to the block: from the row's
+            // diagonal key dg, the band [dg - left, dg + right], the keys below N_k. Written out,
+            // with one unsigned compare per score: through key_range() and two compares, ptxas
+            // spilled 108 bytes at Dq = 256 (CUDA 13.0; this form 16, v13 before the variants 32).
+            const int64_t dg = r0 + warp * 16 + g + r * 8 + (p.N_k - p.N_q) - c0;
+            const int lo = wl < 0 ? 0 : int(max(int64_t(0), min(int64_t(Bc), dg - wl)));
+            const int hi = int(max(int64_t(lo), min(min(int64_t(Bc), p.N_k - c0), wr < 0 ? int64_t(Bc) : dg + wr + 1)));
             for (int n = 0; n < Bc / 8; ++n)
               for (int e = 2 * r; e < 2 * r + 2; ++e) {
-                const int col = n * 8 + 2 * t4 + e % 2;
-                if (col < lo || col >= hi) s[n][e] = neg_inf;
+                // lo <= col < hi in one unsigned compare (col - lo wraps when col < lo)
+                if (unsigned(n * 8 + 2 * t4 + e % 2 - lo) >= unsigned(hi - lo)) s[n][e] = neg_inf;
               }
           }
         for (int r = 0; r < 2; ++r) {

@@ -28,6 +28,10 @@
 // to which the causal diagonal is aligned, and K/V either contiguous or in pages that a block table
 // maps (vLLM's PagedAttention layout, Kwon et al. 2023). Paging changes only where a key row is
 // read from: the copy asks key_row(j) for each row, a table lookup; the arithmetic is the same.
+//
+// The variants (math.md section 8), as in v13: a sliding window moves where the splits start (the
+// keys from the tile's first key_begin, so a window of w keys splits w + N_q keys, not the cache),
+// and each row masks both ends of its key_range(); a softcap transforms S before the mask.
 #pragma once
 #include <cstdint>
 
@@ -110,7 +114,8 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g4 = lane / 4, t4 = lane % 4;  // fragment coordinates (ptx.cuh)
   const float neg_inf = -INFINITY;
-  const float c = scale * 1.4426950408889634f;  // scale log2(e): exp(scale x) = 2^(c x)
+  // scale log2(e): exp(scale x) = 2^(c x); with a softcap, S is scaled and capped first (below).
+  const float c = p.softcap > 0.f ? 1.4426950408889634f : scale * 1.4426950408889634f;
 
   // The task: t = ((b H_kv + g) row_tiles + rt) splits + s (the splits of one tile side by side).
   const int64_t G = p.H / p.H_kv, R = G * p.N_q;  // packed rows of one (b, kv head)
@@ -145,10 +150,14 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
     }
   };
 
-  // This split's keys [k0, k1), cut at the last key any of the tile's rows sees (causal).
-  int64_t seen_max = 0;
-  for (int r = 0; r < rows; ++r) seen_max = max(seen_max, pb.keys_seen((r0 + r) % p.N_q));
-  const int64_t k0 = s * keys_per_split, k1 = min(min(pb.N_k, k0 + keys_per_split), seen_max);
+  // This split's keys [k0, k1): the splits cut the keys the tile's rows see, from the first
+  // row's key_begin (0 without a window) to the last key any row sees (causal: its diagonal).
+  int64_t seen_lo = pb.N_k, seen_hi = 0;
+  for (int r = 0; r < rows; ++r) {
+    const fa::AttnProblem::KeyRange kr = pb.key_range((r0 + r) % p.N_q);
+    if (kr.end > kr.begin) seen_lo = min(seen_lo, kr.begin), seen_hi = max(seen_hi, kr.end);
+  }
+  const int64_t k0 = seen_lo + s * keys_per_split, k1 = min(k0 + keys_per_split, seen_hi);
   const int tiles = k1 > k0 ? int((k1 - k0 + Bc - 1) / Bc) : 0;
 
   // Q's tile and the first kStages - 1 K/V tiles, each its own cp.async group.
@@ -171,11 +180,12 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
   float o[D / 8][4] = {};
   float m2[2] = {neg_inf, neg_inf};  // running max of c S, log2 units (v5)
   float l[2] = {0.f, 0.f};           // this lane's share of the row sum
-  // How many of the split's keys row r sees: keys k0 .. k0 + lim[r] - 1.
-  int64_t lim[2];
+  // The split's keys row r sees: keys k0 + lo[r] ... k0 + hi[r] - 1.
+  int64_t lo[2], hi[2];
   for (int r = 0; r < 2; ++r) {
     const int64_t pr = r0 + g4 + 8 * r;
-    lim[r] = pr < R ? min(k1, pb.keys_seen(pr % p.N_q)) - k0 : 0;
+    const fa::AttnProblem::KeyRange kr = pb.key_range(pr % p.N_q);
+    lo[r] = kr.begin - k0, hi[r] = pr < R ? min(k1, kr.end) - k0 : 0;
   }
 
   for (int j = 0; j < tiles; ++j) {
@@ -204,12 +214,18 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
       ptx::mma_m16n8k16<T>(sc[0], q[k], kf[0], kf[1]);
       ptx::mma_m16n8k16<T>(sc[1], q[k], kf[2], kf[3]);
     }
-    // Keys this row does not see (past the split, the cache or the causal diagonal): -inf.
+    if (p.softcap > 0.f)  // c tanh(x / c) of the scaled scores (math.md (8.2)), before the mask
+      for (int n = 0; n < 2; ++n)
+        for (int e = 0; e < 4; ++e) sc[n][e] = softcap(sc[n][e] * scale, p.softcap);
+    // Keys this row does not see (past the split, the cache, the causal diagonal; before the
+    // window's start): -inf.
     const int64_t key0 = int64_t(j) * Bc + warp * kKeysPerWarp;  // relative to k0
     for (int r = 0; r < 2; ++r)
       for (int n = 0; n < 2; ++n)
-        for (int e = 2 * r; e < 2 * r + 2; ++e)
-          if (key0 + n * 8 + 2 * t4 + e % 2 >= lim[r]) sc[n][e] = neg_inf;
+        for (int e = 2 * r; e < 2 * r + 2; ++e) {
+          const int64_t key = key0 + n * 8 + 2 * t4 + e % 2;
+          if (key < lo[r] || key >= hi[r]) sc[n][e] = neg_inf;
+        }
 
     // Online softmax over this warp's keys (v5's, with Bc / 8 = 2 fragments).
     for (int r = 0; r < 2; ++r) {

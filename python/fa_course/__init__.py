@@ -3,6 +3,7 @@
     import fa_course
     o = fa_course.attention(q, k, v, causal=True)          # q [B,H,N_q,d], k, v [B,H_kv,N_k,d]
     o.sum().backward()                                      # stage 06's backward, from O and LSE
+    o = fa_course.attention(q, k, v, causal=True, window=(255, 0), softcap=50.0)  # sliding window, softcap
 
 What runs (kernel="auto"):
     CPU float32           stage 04's tiled forward (libfa04.so), stage 06's CPU backward (libfa06.so)

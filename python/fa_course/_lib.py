@@ -18,10 +18,13 @@ i64, vp, c_int, c_float = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int, ctypes.
 _SIGS = {
     "fa04": {
         "fa04_forward": ([vp] * 5 + [i64] * 6 + [c_int, c_float, i64, i64, c_int], c_int),
+        "fa04_forward_variant": ([vp] * 5 + [i64] * 6 + [c_int, c_float, i64, i64, c_int, i64, i64, c_float], c_int),
         "fa04_last_error": ([], ctypes.c_char_p),
     },
     "fa05": {
         "fa05_forward": ([ctypes.c_char_p] + [vp] * 5 + [i64] * 6 + [c_int, c_int, c_float, vp], c_int),
+        "fa05_forward_variant": ([ctypes.c_char_p] + [vp] * 5 + [i64] * 6 + [c_int, c_int, c_float, i64, i64, c_float, vp],
+                                 c_int),
         "fa05_forward_kvcache": ([ctypes.c_char_p] + [vp] * 5 + [i64] * 6 + [c_int, c_int, c_float, vp, vp]
                                  + [i64] * 3 + [vp], c_int),
         "fa05_runs": ([ctypes.c_char_p, i64, c_int], ctypes.c_char_p),
@@ -31,7 +34,10 @@ _SIGS = {
     },
     "fa06": {
         "fa06_backward_cpu": ([vp] * 9 + [i64] * 6 + [c_int, c_float, i64, i64, c_int], c_int),
+        "fa06_backward_cpu_variant": ([vp] * 9 + [i64] * 6 + [c_int, c_float, i64, i64, c_int, i64, i64, c_float], c_int),
         "fa06_backward": ([ctypes.c_char_p] + [vp] * 9 + [i64] * 6 + [c_int, c_int, c_float, vp], c_int),
+        "fa06_backward_variant": ([ctypes.c_char_p] + [vp] * 9 + [i64] * 6
+                                  + [c_int, c_int, c_float, i64, i64, c_float, vp], c_int),
         "fa06_runs": ([ctypes.c_char_p, i64, c_int], ctypes.c_char_p),
         "fa06_has_gpu": ([], c_int),
         "fa06_last_error": ([], ctypes.c_char_p),
@@ -71,8 +77,11 @@ def lib(name):
 
 
 def check(name, status):
-    """Raises the library's one-line message for a non-zero status."""
+    """Raises the library's one-line message for a non-zero status: ValueError for
+    FA0x_INVALID_ARGUMENT (1), NotImplementedError (a RuntimeError) for FA05_UNSUPPORTED and
+    FA06_UNSUPPORTED (2: a valid call the kernel does not take, e.g. a window on a kernel without
+    one), RuntimeError for the rest."""
     if status != 0:
         msg = getattr(lib(name), f"{name}_last_error")().decode(errors="replace")
-        kind = ValueError if status == 1 else RuntimeError  # 1: FA0x_INVALID_ARGUMENT
+        kind = ValueError if status == 1 else NotImplementedError if status == 2 and name != "fa04" else RuntimeError
         raise kind(f"{msg} (lib{name}.so status {status})")

@@ -13,7 +13,7 @@ _DTYPE_CODE = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
 
 # ---- checks, in the course's one-line form: "argument: expected ..., found ..." --------------
 
-def _check(q, k, v, causal, scale, kernel):
+def _check(q, k, v, causal, scale, kernel, window_left=-1, window_right=-1, softcap=0.0):
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name}: expected a torch.Tensor, found {type(t).__name__}")
@@ -54,6 +54,79 @@ def _check(q, k, v, causal, scale, kernel):
         raise TypeError(f"causal: expected True or False, found {causal!r}")
     if not isinstance(kernel, str):
         raise TypeError(f"kernel: expected a name, found {type(kernel).__name__}")
+    _check_variant_args(window_left, window_right, softcap)
+
+
+def _check_variant_args(window_left, window_right, softcap):
+    """The ops' window sides (-1: unbounded) and softcap (0: none; None skips its check, as the
+    fakes pass it: it may be symbolic there)."""
+    for side, x in (("left", window_left), ("right", window_right)):
+        if not _is_int(x):
+            raise TypeError(f"--window: expected an integer {side} side, found {type(x).__name__}")
+        if not -1 <= x <= _I64_MAX:
+            raise ValueError(f"--window: expected each side >= -1 (-1: unbounded), found {window_left},{window_right}")
+    if softcap is not None and softcap != 0 and not _valid_scale(softcap):
+        raise ValueError(f"--softcap: expected 0 (none) or a number between {_F32_TINY:.7g} and {_F32_MAX:.7g} "
+                         f"(a normal float32 > 0), found {softcap!r}")
+
+
+_I64_MAX = 2 ** 63 - 1
+
+
+def _is_int(x):
+    """An integer that is not a bool: int, torch.SymInt or a numpy integer."""
+    if isinstance(x, bool):
+        return False
+    if isinstance(x, (int, torch.SymInt)):
+        return True
+    try:
+        import numpy as np
+        return isinstance(x, np.integer)
+    except ImportError:
+        return False
+
+
+def _variant_args(window, softcap, causal):
+    """attention()'s window and softcap as the ops take them: (window_left, window_right, softcap),
+    -1, -1, 0.0 for none; with causal the right side is 0 (FlashAttention's window_size), and a
+    window whose left side is -1 is none (causal alone)."""
+    if window is None:
+        left, right = -1, -1
+    else:
+        if not isinstance(window, (tuple, list)) or len(window) != 2:
+            raise TypeError(f"--window: expected None or (left, right), two integers >= -1 (-1: unbounded), "
+                            f"found {window!r}")
+        left, right = window
+        for x in (left, right):
+            if not _is_int(x):
+                raise TypeError(f"--window: expected None or (left, right), two integers >= -1 (-1: unbounded), "
+                                f"found {window!r}")
+        if not (-1 <= left <= _I64_MAX and -1 <= right <= _I64_MAX):
+            raise ValueError(f"--window: expected None or (left, right), two integers >= -1 (-1: unbounded), "
+                             f"found ({left}, {right})")
+        left, right = int(left), int(right)
+        if causal:  # causal sees no key past the diagonal, whatever the right side says; and with the
+            right = 0 if left >= 0 else -1  # left side unbounded the window is causal alone (the plain op)
+    if softcap is None:
+        cap = 0.0
+    else:
+        if isinstance(softcap, (bool, str)) or not _is_number(softcap):
+            raise TypeError(f"--softcap: expected None or a number > 0, found {type(softcap).__name__}")
+        if not _valid_scale(softcap):
+            raise ValueError(f"--softcap: expected None or a number between {_F32_TINY:.7g} and {_F32_MAX:.7g} "
+                             f"(a normal float32 > 0), found {softcap!r}")
+        cap = float(softcap)
+    return left, right, cap
+
+
+def _is_number(x):
+    if isinstance(x, (int, float, torch.SymFloat, torch.SymInt)):
+        return True
+    try:
+        import numpy as np
+        return isinstance(x, (np.floating, np.integer))
+    except ImportError:
+        return False
 
 
 _F32_TINY, _F32_MAX = 1.1754944e-38, 3.4028235e38  # the kernels take the scale as a float32
@@ -92,7 +165,9 @@ def _scale_arg(scale):
 
 
 def kernels_for(device, dtype, d, kernel="auto"):
-    """(forward kernel, backward kernel) names that run for this device, dtype and head dim."""
+    """(forward kernel, backward kernel) names that run for this device, dtype and head dim, without a
+    window or softcap (with one, the GPU forward's "auto" is v13 on Hopper, v1 elsewhere and in fp32:
+    stage 05's plan; the backward's is stage 06's plan's)."""
     fwd, _, bwd = kernel.partition(",")
     bwd = bwd or "auto"
     if torch.device(device).type == "cpu":
@@ -128,34 +203,43 @@ def _stream(t):
 
 @torch.library.custom_op("fa_course::attention_fwd", mutates_args=())
 def attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
-                  kernel: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """O [B,H,N_q,d] and LSE [B,H,N_q] (float32, natural log); scale 0 means 1/sqrt(d).
-    Checks its inputs itself (it is public, and what torch.compile and export call)."""
-    _check(q, k, v, causal, _scale_arg(scale), kernel)
+                  kernel: str, window_left: int = -1, window_right: int = -1,
+                  softcap: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """O [B,H,N_q,d] and LSE [B,H,N_q] (float32, natural log); scale 0 means 1/sqrt(d); window
+    sides -1 mean unbounded, softcap 0 means none. Checks its inputs itself (it is public, and what
+    torch.compile and export call)."""
+    _check(q, k, v, causal, _scale_arg(scale), kernel, window_left, window_right, softcap)
     # The C libraries read dense row-major tensors: a strided view is copied here (documented).
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     B, H, N_q, d = q.shape
     _, H_kv, N_k, _ = k.shape
     o = torch.empty_like(q)
     lse = torch.empty((B, H, N_q), dtype=torch.float32, device=q.device)
+    variant = (window_left, window_right, softcap) != (-1, -1, 0.0)
+    ptrs = [t.data_ptr() for t in (q, k, v, o, lse)]
     if q.device.type == "cpu":
         kernels_for(q.device, q.dtype, d, kernel)  # refuses a GPU kernel name on the CPU
-        s = _lib.lib("fa04").fa04_forward(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(),
-                                          B, H, H_kv, N_q, N_k, d, int(causal), scale, 0, 0, 0)
+        lib04, sizes = _lib.lib("fa04"), (B, H, H_kv, N_q, N_k, d, int(causal), scale, 0, 0, 0)
+        s = (lib04.fa04_forward_variant(*ptrs, *sizes, window_left, window_right, softcap) if variant
+             else lib04.fa04_forward(*ptrs, *sizes))
         _lib.check("fa04", s)
     else:
         fwd, _ = kernels_for(q.device, q.dtype, d, kernel)
+        lib05, sizes = _lib.lib("fa05"), (B, H, H_kv, N_q, N_k, d, _DTYPE_CODE[q.dtype], int(causal), scale)
         with torch.cuda.device(q.device):
-            s = _lib.lib("fa05").fa05_forward(fwd.encode(), q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
-                                              lse.data_ptr(), B, H, H_kv, N_q, N_k, d, _DTYPE_CODE[q.dtype],
-                                              int(causal), scale, _stream(q))
+            if variant:  # the kernel asked for ("auto": its plan picks one that takes the window, v13 or v1)
+                s = lib05.fa05_forward_variant(kernel.partition(",")[0].encode(), *ptrs, *sizes, window_left,
+                                               window_right, softcap, _stream(q))
+            else:
+                s = lib05.fa05_forward(fwd.encode(), *ptrs, *sizes, _stream(q))
         _lib.check("fa05", s)
     return o, lse
 
 
 @attention_fwd.register_fake
-def _(q, k, v, causal, scale, kernel):
-    _check(q, k, v, causal, None, kernel)  # shapes, dtypes, devices (the scale may be symbolic here)
+def _(q, k, v, causal, scale, kernel, window_left=-1, window_right=-1, softcap=0.0):
+    # shapes, dtypes, devices, the window (the scale and softcap may be symbolic here)
+    _check(q, k, v, causal, None, kernel, window_left, window_right, None)
     B, H, N_q, _ = q.shape
     return torch.empty_like(q, memory_format=torch.contiguous_format), q.new_empty((B, H, N_q), dtype=torch.float32)
 
@@ -164,30 +248,40 @@ def _(q, k, v, causal, scale, kernel):
 
 @torch.library.custom_op("fa_course::attention_bwd", mutates_args=())
 def attention_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
-                  lse: torch.Tensor, causal: bool, scale: float,
-                  kernel: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """dQ, dK, dV from dO and what the forward kept (Q, K, V, O, LSE): stage 06. Checks its inputs."""
-    _check(q, k, v, causal, _scale_arg(scale), kernel)
+                  lse: torch.Tensor, causal: bool, scale: float, kernel: str, window_left: int = -1,
+                  window_right: int = -1,
+                  softcap: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dQ, dK, dV from dO and what the forward kept (Q, K, V, O, LSE): stage 06, with the
+    forward's window and softcap. Checks its inputs."""
+    _check(q, k, v, causal, _scale_arg(scale), kernel, window_left, window_right, softcap)
     _check_saved(do, q, o, lse)
     do, q, k, v, o, lse = (t.contiguous() for t in (do, q, k, v, o, lse))
     B, H, N_q, d = q.shape
     _, H_kv, N_k, _ = k.shape
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     ptrs = [t.data_ptr() for t in (q, k, v, o, do, lse, dq, dk, dv)]
+    variant = (window_left, window_right, softcap) != (-1, -1, 0.0)
+    lib06 = _lib.lib("fa06")
     if q.device.type == "cpu":
-        s = _lib.lib("fa06").fa06_backward_cpu(*ptrs, B, H, H_kv, N_q, N_k, d, int(causal), scale, 0, 0, 0)
+        sizes = (B, H, H_kv, N_q, N_k, d, int(causal), scale, 0, 0, 0)
+        s = (lib06.fa06_backward_cpu_variant(*ptrs, *sizes, window_left, window_right, softcap) if variant
+             else lib06.fa06_backward_cpu(*ptrs, *sizes))
     else:
         _, bwd = kernels_for(q.device, q.dtype, d, kernel)
+        sizes = (B, H, H_kv, N_q, N_k, d, _DTYPE_CODE[q.dtype], int(causal), scale)
         with torch.cuda.device(q.device):
-            s = _lib.lib("fa06").fa06_backward(bwd.encode(), *ptrs, B, H, H_kv, N_q, N_k, d, _DTYPE_CODE[q.dtype],
-                                               int(causal), scale, _stream(q))
+            if variant:  # the kernel asked for: its plan takes the window and softcap, or refuses them
+                s = lib06.fa06_backward_variant((kernel.partition(",")[2] or "auto").encode(), *ptrs, *sizes,
+                                                window_left, window_right, softcap, _stream(q))
+            else:
+                s = lib06.fa06_backward(bwd.encode(), *ptrs, *sizes, _stream(q))
     _lib.check("fa06", s)
     return dq, dk, dv
 
 
 @attention_bwd.register_fake
-def _(do, q, k, v, o, lse, causal, scale, kernel):
-    _check(q, k, v, causal, None, kernel)
+def _(do, q, k, v, o, lse, causal, scale, kernel, window_left=-1, window_right=-1, softcap=0.0):
+    _check(q, k, v, causal, None, kernel, window_left, window_right, None)
     _check_saved(do, q, o, lse)
     return (torch.empty_like(q, memory_format=torch.contiguous_format),
             torch.empty_like(k, memory_format=torch.contiguous_format),
@@ -197,17 +291,19 @@ def _(do, q, k, v, o, lse, causal, scale, kernel):
 # ---- autograd: the forward saves Q, K, V, O and LSE (O(N d)), never P (O(N^2)) ------------------
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, causal, scale, kernel = inputs
+    q, k, v, causal, scale, kernel, window_left, window_right, softcap = inputs  # defaults filled in
     o, lse = output
     ctx.save_for_backward(q, k, v, o, lse)
     ctx.causal, ctx.scale, ctx.kernel = causal, scale, kernel
+    ctx.window_left, ctx.window_right, ctx.softcap = window_left, window_right, softcap
     ctx.mark_non_differentiable(lse)
 
 
 def _backward(ctx, grad_o, grad_lse):
     q, k, v, o, lse = ctx.saved_tensors
-    dq, dk, dv = attention_bwd(grad_o, q, k, v, o, lse, ctx.causal, ctx.scale, ctx.kernel)
-    return dq, dk, dv, None, None, None
+    dq, dk, dv = attention_bwd(grad_o, q, k, v, o, lse, ctx.causal, ctx.scale, ctx.kernel, ctx.window_left,
+                               ctx.window_right, ctx.softcap)
+    return dq, dk, dv, None, None, None, None, None, None
 
 
 torch.library.register_autograd("fa_course::attention_fwd", _backward, setup_context=_setup_context)
@@ -215,7 +311,7 @@ torch.library.register_autograd("fa_course::attention_fwd", _backward, setup_con
 
 # ---- the public function -----------------------------------------------------------------------
 
-def attention(q, k, v, *, causal=False, scale=None, kernel="auto", return_lse=False):
+def attention(q, k, v, *, causal=False, scale=None, kernel="auto", return_lse=False, window=None, softcap=None):
     """softmax(scale * q k^T [+ causal mask]) v with the course's kernels, differentiable.
 
     q: [B, H, N_q, d]; k, v: [B, H_kv, N_k, d] with H % H_kv == 0 (GQA/MQA: query head h reads
@@ -229,11 +325,23 @@ def attention(q, k, v, *, causal=False, scale=None, kernel="auto", return_lse=Fa
         "auto"), or a stage 05 kernel name ("v1" ... "v13") for the GPU forward, optionally with a
         stage 06 one after a comma ("v5,gpu_v3"); the CPU takes only "auto".
     return_lse: also return LSE [B, H, N_q] (float32, natural log; not differentiable).
+    window: None, or (left, right), integers >= -1: a sliding window, as FlashAttention's
+        window_size. Query i sees key j iff
+            i + N_k - N_q - left <= j <= i + N_k - N_q + right
+        (-1: that side unbounded; with causal the right side is 0). Rows that see no key: O = 0.
+    softcap: None, or c > 0: each scaled score s becomes c * tanh(s / c) before the mask and the
+        softmax (Gemma 2), in the backward too.
+        With either, the GPU forward runs v1 or v13 (kernel "auto", "v1" or "v13"; others raise
+        NotImplementedError), the GPU backward what stage 06's plan allows; the CPU runs both.
     Non-contiguous inputs are copied to contiguous ones first (the kernels read dense rows).
     Bad input raises ValueError or TypeError with a one-line message naming the argument.
     """
     _check(q, k, v, causal, scale, kernel)
-    o, lse = attention_fwd(q, k, v, causal, 0.0 if scale is None else float(scale), kernel)
+    left, right, cap = _variant_args(window, softcap, causal)
+    if (left, right, cap) == (-1, -1, 0.0):  # the op as before: old graphs and callers unchanged
+        o, lse = attention_fwd(q, k, v, causal, 0.0 if scale is None else float(scale), kernel)
+    else:
+        o, lse = attention_fwd(q, k, v, causal, 0.0 if scale is None else float(scale), kernel, left, right, cap)
     return (o, lse) if return_lse else o
 
 

@@ -6,6 +6,10 @@ in the dtype alone may cost (half a unit in the last place of its largest value:
 summed in float32 and rounded once, so they can sit half an ulp off where SDPA's happen to be
 closer). Also: the op
 runs on the caller's current stream, and torch.compile(fullgraph=True) of a module using it.
+With a window or a softcap (issue 34) the reference is util.variant_reference (written out: SDPA has
+no softcap), in float64 and, as the baseline, in the dtype; the forward runs v13 and auto in bf16
+and v1 in float32, the backward whatever stage 06's GPU plan takes (where it refuses them,
+test_variant_backward fails with the plan's NotImplementedError, as it should).
 Exits 77 (ctest: skipped) without a GPU."""
 import os
 import sys
@@ -13,7 +17,7 @@ import unittest
 
 import torch
 
-from util import max_err, sdpa_reference
+from util import max_err, sdpa_reference, variant_reference, visible
 
 import fa_course
 
@@ -35,6 +39,15 @@ CASES = [  # B, H, H_kv, N_q, N_k, d, causal
     (1, 2, 2, 33, 50, 256, False),     # d = 256: the widest
 ]
 FLOOR = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1e-3}
+VARIANT_CASES = [  # B, H, H_kv, N_q, N_k, d, causal, scale, window, softcap
+    (1, 8, 2, 300, 517, 128, True, None, (64, -1), None),   # left side only, causal, GQA (Mistral)
+    (2, 4, 4, 256, 256, 64, False, None, (17, 40), None),   # asymmetric, edges inside v13's blocks
+    (1, 2, 2, 200, 90, 64, False, None, (5, 0), None),      # N_q > N_k: 110 rows see no key
+    (1, 4, 1, 130, 250, 96, False, 1.0, None, 20.0),        # softcap alone on logits beyond it, MQA, d = 96
+    (1, 2, 2, 100, 100, 40, True, 0.5, (30, -1), 5.0),      # both, d = 40 (padded)
+    (1, 2, 2, 64, 64, 256, False, None, (0, 0), 1.0),       # the diagonal alone, d = 256
+    (1, 4, 2, 1, 700, 128, False, None, (200, 0), 30.0),    # one query (decode: auto takes v13, not v14)
+]
 
 
 class Gpu(unittest.TestCase):
@@ -65,6 +78,64 @@ class Gpu(unittest.TestCase):
             for c in CASES:
                 with self.subTest(dtype=dtype, case=c):
                     self.check(c, dtype)
+
+    def check_variant(self, case, dtype, kernel, backward):
+        B, H, H_kv, N_q, N_k, d, causal, scale, window, softcap = case
+        g = torch.Generator(device="cuda").manual_seed(3)
+        q = torch.randn(B, H, N_q, d, device="cuda", generator=g).to(dtype)
+        k = torch.randn(B, H_kv, N_k, d, device="cuda", generator=g).to(dtype)
+        v = torch.randn(B, H_kv, N_k, d, device="cuda", generator=g).to(dtype)
+        do = torch.randn(B, H, N_q, d, device="cuda", generator=g).to(dtype)
+
+        def run(fn, dt):
+            xs = [t.to(dt).requires_grad_(backward) for t in (q, k, v)]
+            o = fn(*xs)
+            return [o.detach()] + (list(torch.autograd.grad(o, xs, do.to(dt))) if backward else [])
+
+        ours = run(lambda a, b, c: fa_course.attention(a, b, c, causal=causal, scale=scale, kernel=kernel,
+                                                       window=window, softcap=softcap), dtype)
+        ref = run(lambda a, b, c: variant_reference(a, b, c, causal, scale, window, softcap)[0], torch.float64)
+        base = run(lambda a, b, c: variant_reference(a, b, c, causal, scale, window, softcap)[0], dtype)
+        for name, x, r, b in zip(("O", "dQ", "dK", "dV"), ours, ref, base):
+            store = 0.5 * torch.finfo(dtype).eps * float(r.abs().max())
+            err, bound = max_err(x, r), 2 * max_err(b, r) + FLOOR[dtype] + store
+            self.assertLessEqual(err, bound, f"{name} {dtype} {kernel} {case}: {err:.3g} > {bound:.3g}")
+        seen = visible(N_q, N_k, causal, "cuda", window).any(-1)
+        self.assertTrue(torch.equal(ours[0][:, :, ~seen], torch.zeros_like(ours[0][:, :, ~seen])),
+                        "O: expected 0 where a row sees no key")
+
+    def test_variant_forward(self):
+        for dtype, kernel in ((torch.bfloat16, "v13"), (torch.bfloat16, "auto"), (torch.float16, "auto"),
+                              (torch.float32, "v1"), (torch.float32, "auto")):
+            for c in VARIANT_CASES:
+                with self.subTest(dtype=dtype, kernel=kernel, case=c):
+                    self.check_variant(c, dtype, kernel, backward=False)
+        # LSE: -inf where a row sees no key, the float64 one's elsewhere (within the dtype's inputs).
+        q = torch.randn(1, 2, 90, 64, device="cuda").bfloat16()
+        k = torch.randn(1, 2, 40, 64, device="cuda").bfloat16()
+        _, lse = fa_course.attention(q, k, k, window=(3, 0), softcap=2.0, return_lse=True)
+        _, lse_ref = variant_reference(q.double(), k.double(), k.double(), False, None, (3, 0), 2.0)
+        seen = visible(90, 40, False, "cuda", (3, 0)).any(-1)
+        self.assertTrue(torch.isneginf(lse[:, :, ~seen]).all())
+        self.assertLess(max_err(lse[:, :, seen], lse_ref[:, :, seen]), 1e-3)
+        # A kernel that takes no window refuses it (the plan's line), never ignores it.
+        with self.assertRaisesRegex(NotImplementedError, "--window"):
+            fa_course.attention(q, k, k, window=(3, 0), kernel="v12")
+        with self.assertRaisesRegex(NotImplementedError, "--softcap"):
+            fa_course.attention(q, k, k, softcap=3.0, kernel="cublas")
+        # The op's registration with them (inputs without grad: the forward's checks alone).
+        for dt in (torch.bfloat16, torch.float32):
+            args = [torch.randn(1, 4, 37, 64, device="cuda", dtype=dt), torch.randn(1, 2, 50, 64, device="cuda", dtype=dt),
+                    torch.randn(1, 2, 50, 64, device="cuda", dtype=dt), True, 0.0, "auto", 9, 0, 4.0]
+            torch.library.opcheck(torch.ops.fa_course.attention_fwd.default, args)
+
+    def test_variant_backward(self):
+        """The gradients with windows and softcaps, bf16 and fp32, through stage 06's GPU backward
+        (a plan that refuses them raises NotImplementedError, FA06_UNSUPPORTED: a failure here)."""
+        for dtype in (torch.bfloat16, torch.float32):
+            for c in VARIANT_CASES:
+                with self.subTest(dtype=dtype, case=c):
+                    self.check_variant(c, dtype, "auto", backward=True)
 
     def test_current_stream(self):
         q = torch.randn(4, 8, 1024, 128, device="cuda", dtype=torch.bfloat16)

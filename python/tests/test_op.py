@@ -2,13 +2,16 @@
 
 The rule, the course's (docs/numerics.md, FlashAttention's own tests): for O, dQ, dK, dV,
     max |ours - float64| <= 2 * max |SDPA math in float32 - float64| + 1e-5,
-and LSE within 1e-5 * max(1, |LSE|) of float64 (-inf exactly where a row sees no key)."""
+and LSE within 1e-5 * max(1, |LSE|) of float64 (-inf exactly where a row sees no key).
+With a window or a softcap (issue 34) the reference is util.variant_reference, written out, and
+the baseline is the same reference run in float32; it is itself checked against SDPA with an
+explicit mask, a plain loop, and torch.autograd.gradcheck."""
 import math
 import unittest
 
 import torch
 
-from util import max_err, sdpa_reference, visible
+from util import max_err, sdpa_reference, variant_reference, visible
 
 import fa_course
 
@@ -23,7 +26,21 @@ CASES = [  # B, H, H_kv, N_q, N_k, d, causal, scale
 ]
 
 
-def run_case(test, B, H, H_kv, N_q, N_k, d, causal, scale, seed=0):
+VARIANT_CASES = [  # B, H, H_kv, N_q, N_k, d, causal, scale, window, softcap
+    (1, 2, 1, 100, 100, 32, True, None, (16, -1), None),    # left side only, causal (Mistral's sliding window)
+    (2, 4, 2, 70, 90, 16, False, None, (5, 11), None),      # asymmetric, N_q < N_k, GQA: keys 0-14 seen by no row
+    (1, 2, 2, 90, 40, 24, False, None, (3, 0), None),       # N_q > N_k: the 50 rows left of key 0 see no key
+    (1, 1, 1, 64, 64, 32, False, None, (0, 0), None),       # the diagonal alone
+    (1, 2, 2, 37, 300, 16, False, None, (-1, 2), None),     # right side only, N_q << N_k
+    (1, 2, 1, 50, 83, 16, False, 3.0, None, 5.0),           # softcap alone, logits far beyond the cap
+    (2, 2, 2, 33, 33, 8, True, 2.0, None, 1.0),             # softcap 1 with causal
+    (1, 4, 2, 129, 130, 64, True, None, (40, -1), 30.0),    # both, past one default block (64 rows at d = 64)
+    (1, 2, 1, 40, 40, 16, True, 1.5, (200, 7), 2.0),        # a window wider than N; causal drops its right side
+    (1, 1, 1, 1, 300, 64, False, None, (31, 0), 10.0),      # one query (decode) in a window
+]
+
+
+def run_case(test, B, H, H_kv, N_q, N_k, d, causal, scale, seed=0, window=None, softcap=None):
     g = torch.Generator().manual_seed(seed)
     q = torch.randn(B, H, N_q, d, generator=g)
     k = torch.randn(B, H_kv, N_k, d, generator=g)
@@ -36,18 +53,27 @@ def run_case(test, B, H, H_kv, N_q, N_k, d, causal, scale, seed=0):
         dq, dk, dv = torch.autograd.grad(o, xs, do.to(dtype))
         return o.detach(), lse, dq, dk, dv
 
-    ours = grads(lambda a, b, c: fa_course.attention(a, b, c, causal=causal, scale=scale, return_lse=True),
-                 torch.float32)
-    ref = grads(lambda a, b, c: sdpa_reference(a, b, c, causal, scale), torch.float64)
-    base = grads(lambda a, b, c: sdpa_reference(a, b, c, causal, scale), torch.float32)
+    if window is None and softcap is None:
+        reference = lambda a, b, c: sdpa_reference(a, b, c, causal, scale)  # noqa: E731
+    else:
+        reference = lambda a, b, c: variant_reference(a, b, c, causal, scale, window, softcap)  # noqa: E731
+    ours = grads(lambda a, b, c: fa_course.attention(a, b, c, causal=causal, scale=scale, return_lse=True,
+                                                     window=window, softcap=softcap), torch.float32)
+    ref = grads(reference, torch.float64)
+    base = grads(reference, torch.float32)
     for i, name in [(0, "O"), (2, "dQ"), (3, "dK"), (4, "dV")]:
         err, bound = max_err(ours[i], ref[i]), 2 * max_err(base[i], ref[i]) + 1e-5
         test.assertLessEqual(err, bound, f"{name}: error {err:.3g} vs float64 above {bound:.3g}")
-    lse, lse_ref = ours[1], ref[1]
-    seen = visible(N_q, N_k, causal).any(-1).expand_as(lse)
+    lse, lse_ref = ours[1], ref[1].detach()
+    mask = visible(N_q, N_k, causal, window=window)
+    seen = mask.any(-1).expand_as(lse)
     test.assertTrue(torch.isneginf(lse[~seen]).all(), "LSE: expected -inf where a row sees no key")
     test.assertTrue((ours[0][~seen[..., None].expand_as(ours[0])] == 0).all(), "O: expected 0 where a row sees no key")
-    d_lse = (lse[seen].double() - lse_ref.detach()[seen]).abs() / lse_ref[seen].abs().clamp(min=1)
+    test.assertTrue((ours[2][~seen[..., None].expand_as(ours[2])] == 0).all(), "dQ: expected 0 where a row sees no key")
+    unseen_keys = ~mask.any(0)  # [N_k]: keys no query row sees
+    for i, name in [(3, "dK"), (4, "dV")]:
+        test.assertTrue((ours[i][:, :, unseen_keys] == 0).all(), f"{name}: expected 0 for a key no row sees")
+    d_lse = (lse[seen].double() - lse_ref[seen]).abs() / lse_ref[seen].abs().clamp(min=1)
     test.assertLessEqual(float(d_lse.max()) if d_lse.numel() else 0.0, 1e-5)
     for t in ours:
         test.assertFalse(torch.isnan(t).any(), "NaN in an output")
@@ -145,6 +171,16 @@ class Battery(unittest.TestCase):
         x = torch.randn(1, 2, 8, 16)
         f = torch.compile(lambda q, s: fa_course.attention(q, q, q, scale=s), fullgraph=True, backend="aot_eager")
         self.assertLess(max_err(f(x, 0.3), fa_course.attention(x, x, x, scale=0.3)), 1e-6)
+        # So are a window and a softcap, and the backward gets them.
+        x = torch.randn(1, 2, 20, 16, requires_grad=True)
+        f = torch.compile(lambda q, w, c: fa_course.attention(q, q, q, window=w, softcap=c), fullgraph=True,
+                          backend="aot_eager")
+        for w, c in (((3, 1), 2.0), ((6, -1), 0.5)):
+            y, ye = f(x, w, c), fa_course.attention(x, x, x, window=w, softcap=c)
+            self.assertLess(max_err(y, ye), 1e-6)
+            g, = torch.autograd.grad(y.square().sum(), x)
+            ge, = torch.autograd.grad(ye.square().sum(), x)
+            self.assertLess(max_err(g, ge), 1e-5)
 
     def test_library_message_reaches_python(self):
         # A check only the C library makes (its block buffers vs the memory) raises its own line.
@@ -152,6 +188,152 @@ class Battery(unittest.TestCase):
         with self.assertRaises(ValueError) as cm:
             _lib.check("fa04", _lib.lib("fa04").fa04_forward(0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 0, 0.0, 0, 0, 0))
         self.assertIn("NULL", str(cm.exception))
+
+
+class Variants(unittest.TestCase):
+    """window= and softcap= (issue 34) through stage 04's forward and stage 06's CPU backward."""
+
+    def test_cases_against_float64(self):
+        for c in VARIANT_CASES:
+            with self.subTest(case=c):
+                *sizes, window, softcap = c
+                run_case(self, *sizes, window=window, softcap=softcap)
+
+    def test_the_reference_against_sdpa_a_loop_and_gradcheck(self):
+        # The reference the cases trust: without a variant it is SDPA's math; with a window SDPA
+        # with the window's explicit mask; with a softcap a plain loop over the definition; its
+        # gradients (the softcap's slope, the mask's zeros) torch.autograd.gradcheck's.
+        g = torch.Generator().manual_seed(5)
+        q, k, v = (torch.randn(1, 4, n, 8, generator=g, dtype=torch.float64) for n in (23, 31, 31))
+        k, v = k[:, :2], v[:, :2]  # GQA
+        for causal, window in ((False, None), (True, None), (False, (4, 2)), (True, (6, -1)), (False, (-1, 0))):
+            with self.subTest(causal=causal, window=window):
+                o, lse = variant_reference(q, k, v, causal, 0.4, window)
+                o_s, lse_s = sdpa_reference(q, k, v, causal, 0.4, window)
+                self.assertLess(max_err(o, o_s), 1e-12)
+                self.assertLess(max_err(lse, lse_s), 1e-12)
+        c, scale, window = 1.5, 0.9, (3, 1)
+        o, lse = variant_reference(q, k, v, False, scale, window, c)
+        mask = visible(23, 31, False, window=window)
+        for h in (0, 3):
+            for i in (0, 11, 22):
+                s = [c * math.tanh(scale * float(q[0, h, i] @ k[0, h // 2, j]) / c) if mask[i, j] else -math.inf
+                     for j in range(31)]
+                m = max(s)
+                w = [math.exp(x - m) for x in s]
+                self.assertAlmostEqual(float(lse[0, h, i]), m + math.log(sum(w)), places=12)
+                o_row = [sum(w[j] * float(v[0, h // 2, j, x]) for j in range(31)) / sum(w) for x in range(8)]
+                self.assertLess(max(abs(a - float(b)) for a, b in zip(o_row, o[0, h, i])), 1e-12)
+        xs = [t[:, :, :9, :4].clone().requires_grad_() for t in (q, k, v)]
+        for causal, window, cap in ((False, (2, 1), 1.5), (True, (3, -1), 0.7), (False, (1, 0), None)):
+            with self.subTest(gradcheck=(causal, window, cap)):
+                xs[0] = q[:, :, :12, :4].clone().requires_grad_()  # N_q = 12 > N_k = 9: rows that see no key
+                self.assertTrue(torch.autograd.gradcheck(
+                    lambda a, b, cc: variant_reference(a, b, cc, causal, 2.0, window, cap)[0], xs))
+
+    def test_causal_drops_the_right_side(self):
+        # FlashAttention's window_size: with causal the right side is 0, whatever is passed.
+        g = torch.Generator().manual_seed(2)
+        q = torch.randn(1, 2, 45, 16, generator=g, requires_grad=True)
+        outs = []
+        for right in (0, 5, -1):
+            o = fa_course.attention(q, q, q, causal=True, window=(9, right), softcap=4.0)
+            outs.append((o.detach(),) + torch.autograd.grad(o.square().sum(), q))
+        for other in outs[1:]:
+            for a, b in zip(outs[0], other):
+                self.assertTrue(torch.equal(a, b))
+        self.assertFalse(torch.equal(outs[0][0], fa_course.attention(q, q, q, window=(9, 5)).detach()))
+
+    def test_no_variant_is_the_plain_op(self):
+        # window (-1, -1) and softcap None are the plain op: the same bits, the same graph node.
+        g = torch.Generator().manual_seed(4)
+        q, k, v = (torch.randn(2, 2, n, 24, generator=g) for n in (30, 41, 41))
+        for causal in (False, True):
+            a, la = fa_course.attention(q, k, v, causal=causal, return_lse=True)
+            b, lb = fa_course.attention(q, k, v, causal=causal, return_lse=True, window=(-1, -1))
+            c, lc = torch.ops.fa_course.attention_fwd.default(q, k, v, causal, 0.0, "auto", -1, -1, 0.0)
+            self.assertTrue(torch.equal(a, b) and torch.equal(a, c) and torch.equal(la, lb) and torch.equal(la, lc))
+            if causal:  # the left side unbounded: causal alone, whatever the right side
+                self.assertTrue(torch.equal(a, fa_course.attention(q, k, v, causal=True, window=(-1, 3))))
+        # and a window wider than the sequences sees every key
+        self.assertLess(max_err(fa_course.attention(q, k, v, window=(1000, 1000)), fa_course.attention(q, k, v)), 1e-6)
+
+    def test_the_backward_gets_the_forward_s_window_and_softcap(self):
+        # Autograd's saved context carries them: the gradients differ from those without them and
+        # match the backward op called by hand with them.
+        g = torch.Generator().manual_seed(6)
+        q, k, v = (torch.randn(1, 2, n, 16, generator=g, requires_grad=True) for n in (20, 27, 27))
+        do = torch.randn(1, 2, 20, 16, generator=g)
+        o, lse = fa_course.attention(q, k, v, window=(4, 3), softcap=2.5, return_lse=True)
+        got = torch.autograd.grad(o, (q, k, v), do)
+        by_hand = torch.ops.fa_course.attention_bwd.default(do, q.detach(), k.detach(), v.detach(), o.detach(), lse,
+                                                            False, 0.0, "auto", 4, 3, 2.5)
+        plain = torch.ops.fa_course.attention_bwd.default(do, q.detach(), k.detach(), v.detach(), o.detach(), lse,
+                                                          False, 0.0, "auto")
+        for a, b, c in zip(got, by_hand, plain):
+            self.assertTrue(torch.equal(a, b))
+            self.assertFalse(torch.equal(a, c))
+
+    def test_bad_window_and_softcap_raise_one_line(self):
+        x = torch.randn(1, 2, 8, 16)
+        bad = [
+            (dict(window=(-2, 0)), ValueError, "--window"),
+            (dict(window=(3, -5)), ValueError, "--window"),
+            (dict(window=(3, -5), causal=True), ValueError, "--window"),  # checked before causal drops it
+            (dict(window=(2 ** 63, 0)), ValueError, "--window"),
+            (dict(window=5), TypeError, "--window"),
+            (dict(window=(1,)), TypeError, "--window"),
+            (dict(window=(1, 2, 3)), TypeError, "--window"),
+            (dict(window=(1.5, 2)), TypeError, "--window"),
+            (dict(window=(True, 0)), TypeError, "--window"),
+            (dict(window="4,0"), TypeError, "--window"),
+            (dict(softcap=0.0), ValueError, "--softcap"),
+            (dict(softcap=-1.0), ValueError, "--softcap"),
+            (dict(softcap=float("nan")), ValueError, "--softcap"),
+            (dict(softcap=float("inf")), ValueError, "--softcap"),
+            (dict(softcap=1e-50), ValueError, "--softcap"),  # would round to 0 in float32: no cap at all
+            (dict(softcap="30"), TypeError, "--softcap"),
+            (dict(softcap=True), TypeError, "--softcap"),
+        ]
+        for kw, exc, word in bad:
+            with self.subTest(**{k: repr(v) for k, v in kw.items()}):
+                with self.assertRaises(exc) as cm:
+                    fa_course.attention(x, x, x, **kw)
+                self.assertIn(word, str(cm.exception))
+                self.assertNotIn("\n", str(cm.exception))
+        # The ops check them too (they are public): before any kernel, with the same words.
+        fwd, bwd = torch.ops.fa_course.attention_fwd.default, torch.ops.fa_course.attention_bwd.default
+        o, lse = fwd(x, x, x, False, 0.0, "auto")
+        for fn, word in [(lambda: fwd(x, x, x, False, 0.0, "auto", -2, 0, 0.0), "--window"),
+                         (lambda: fwd(x, x, x, False, 0.0, "auto", 0, -3, 0.0), "--window"),
+                         (lambda: fwd(x, x, x, False, 0.0, "auto", -1, -1, -1.0), "--softcap"),
+                         (lambda: fwd(x, x, x, False, 0.0, "auto", -1, -1, float("nan")), "--softcap"),
+                         (lambda: bwd(o, x, x, x, o, lse, False, 0.0, "auto", -5, 1, 0.0), "--window"),
+                         (lambda: bwd(o, x, x, x, o, lse, False, 0.0, "auto", 1, 1, float("inf")), "--softcap")]:
+            with self.subTest(op_word=word):
+                with self.assertRaises(ValueError) as cm:
+                    fn()
+                self.assertIn(word, str(cm.exception))
+        import numpy as np  # numpy numbers are numbers
+        self.assertTrue(torch.equal(fa_course.attention(x, x, x, window=(np.int64(2), 1), softcap=np.float32(3.0)),
+                                    fa_course.attention(x, x, x, window=(2, 1), softcap=3.0)))
+
+    def test_the_library_refuses_what_python_lets_through(self):
+        # The C ABIs' own checks, reached directly: a window side below -1 and a NaN softcap name
+        # their flags (python refuses them first; this is the door tools and other callers use).
+        from fa_course import _lib
+        x = torch.randn(1, 1, 4, 8)
+        o, lse = torch.empty_like(x), torch.empty(1, 1, 4)
+        ptrs = [t.data_ptr() for t in (x, x, x, o, lse)]
+        with self.assertRaisesRegex(ValueError, "--window"):
+            _lib.check("fa04", _lib.lib("fa04").fa04_forward_variant(*ptrs, 1, 1, 1, 4, 4, 8, 0, 0.0, 0, 0, 0, -3, 0, 0.0))
+        with self.assertRaisesRegex(ValueError, "--softcap"):
+            _lib.check("fa04", _lib.lib("fa04").fa04_forward_variant(*ptrs, 1, 1, 1, 4, 4, 8, 0, 0.0, 0, 0, 0, -1, -1,
+                                                                     float("nan")))
+        bptrs = [t.data_ptr() for t in (x, x, x, o, x, lse, o, o, o)]
+        with self.assertRaisesRegex(ValueError, "--window"):
+            _lib.check("fa06", _lib.lib("fa06").fa06_backward_cpu_variant(*bptrs, 1, 1, 1, 4, 4, 8, 0, 0.0, 0, 0, 0, 2,
+                                                                          -4, 0.0))
 
 
 class Registration(unittest.TestCase):
@@ -162,6 +344,10 @@ class Registration(unittest.TestCase):
              torch.randn(1, 1, 23, 16, generator=g, requires_grad=True), True, 0.0, "auto"),
             (torch.randn(2, 2, 8, 32, generator=g, requires_grad=True), torch.randn(2, 2, 8, 32, generator=g, requires_grad=True),
              torch.randn(2, 2, 8, 32, generator=g, requires_grad=True), False, 0.25, "auto"),
+            (torch.randn(1, 2, 19, 16, generator=g, requires_grad=True), torch.randn(1, 1, 26, 16, generator=g, requires_grad=True),
+             torch.randn(1, 1, 26, 16, generator=g, requires_grad=True), True, 0.0, "auto", 5, 0, 3.0),
+            (torch.randn(1, 2, 30, 16, generator=g, requires_grad=True), torch.randn(1, 2, 12, 16, generator=g, requires_grad=True),
+             torch.randn(1, 2, 12, 16, generator=g, requires_grad=True), False, 0.5, "auto", 2, 3, 0.0),  # rows see none
         ]
         for args in samples:
             torch.library.opcheck(torch.ops.fa_course.attention_fwd.default, args)
@@ -176,9 +362,16 @@ class Registration(unittest.TestCase):
             def forward(self, x):
                 B, N, _ = x.shape
                 q, k, v = self.qkv(x).view(B, N, 3, 2, 16).permute(2, 0, 3, 1, 4)
-                y = fa_course.attention(q, k, v, causal=True)
+                y = fa_course.attention(q, k, v, causal=True, window=self.window, softcap=self.softcap)
                 return self.out(y.transpose(1, 2).reshape(B, N, 32))
 
+        for window, softcap in ((None, None), ((5, -1), 3.0)):
+            with self.subTest(window=window, softcap=softcap):
+                Block.window, Block.softcap = window, softcap
+                self.compile_fullgraph(Block, window, softcap)
+
+    def compile_fullgraph(self, Block, window, softcap):
+        torch._dynamo.reset()
         torch.manual_seed(0)
         m = Block()
         x = torch.randn(2, 21, 32)
@@ -200,6 +393,12 @@ class Registration(unittest.TestCase):
         torch.compile(m, fullgraph=True, backend=cnt)(x)
         self.assertEqual(cnt.frame_count, 1)
         self.assertIn("fa_course.attention_fwd", str(cnt.graphs[0].code))
+        # The variant reaches the graph's node as its arguments (window (5, -1) under causal: 5, 0).
+        node = [n for n in cnt.graphs[0].graph.nodes if "attention_fwd" in str(n.target)][0]
+        if window is not None:
+            self.assertEqual(tuple(node.args[6:9]), (window[0], 0, softcap))
+        else:
+            self.assertEqual(len(node.args), 6)  # the plain op's arguments, as before issue 34
 
 
 if __name__ == "__main__":

@@ -9,19 +9,30 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 
-def visible(N_q, N_k, causal, device="cpu"):
-    """[N_q, N_k] bool: key j visible to query i (bottom-right causal: j <= i + N_k - N_q)."""
+def visible(N_q, N_k, causal, device="cpu", window=None):
+    """[N_q, N_k] bool: key j visible to query i. Bottom-right causal: j <= i + N_k - N_q; a window
+    (left, right), -1 for an unbounded side: i + N_k - N_q - left <= j <= i + N_k - N_q + right."""
     i = torch.arange(N_q, device=device)[:, None]
     j = torch.arange(N_k, device=device)[None, :]
-    return j <= i + (N_k - N_q) if causal else torch.ones(N_q, N_k, dtype=torch.bool, device=device)
+    diag = i + (N_k - N_q)
+    mask = torch.ones(N_q, N_k, dtype=torch.bool, device=device)
+    if causal:
+        mask &= j <= diag
+    if window is not None:
+        left, right = window
+        if left >= 0:
+            mask &= j >= diag - left
+        if right >= 0:
+            mask &= j <= diag + right
+    return mask
 
 
-def sdpa_reference(q, k, v, causal=False, scale=None):
-    """(O, LSE) by SDPA's math backend in the inputs' dtype, with an explicit bottom-right mask.
-    Rows that see no key: O = 0 and LSE = -inf, the course's rule (their mask is opened to one key
-    and the row zeroed after, so no NaN reaches autograd)."""
+def sdpa_reference(q, k, v, causal=False, scale=None, window=None):
+    """(O, LSE) by SDPA's math backend in the inputs' dtype, with an explicit bottom-right mask
+    (and a window's, if given). Rows that see no key: O = 0 and LSE = -inf, the course's rule
+    (their mask is opened to one key and the row zeroed after, so no NaN reaches autograd)."""
     N_q, N_k, d = q.shape[2], k.shape[2], q.shape[3]
-    mask = visible(N_q, N_k, causal, q.device)
+    mask = visible(N_q, N_k, causal, q.device, window)
     seen = mask.any(-1)  # [N_q]
     safe = mask | ~seen[:, None]
     with sdpa_kernel(SDPBackend.MATH):
@@ -30,6 +41,26 @@ def sdpa_reference(q, k, v, causal=False, scale=None):
     s = (scale or d ** -0.5) * q.double() @ k.double().repeat_interleave(q.shape[1] // k.shape[1], 1).transpose(-1, -2)
     lse = torch.logsumexp(s.masked_fill(~mask, float("-inf")), -1)
     return o, lse
+
+
+def variant_reference(q, k, v, causal=False, scale=None, window=None, softcap=None):
+    """(O, LSE) written out in the inputs' dtype, for the variants SDPA has no argument for
+    (docs/math.md section 8): S = scale q k^T (query head h reads kv head h // (H // H_kv)); with a
+    softcap c, S = c tanh(S / c); then the mask (causal, window: visible()) sets S = -inf;
+    P = softmax(S), O = P v. A row that sees no key: O = 0, LSE = -inf (its scores are opened to 0
+    and its P zeroed, so no NaN reaches autograd)."""
+    N_q, N_k, d = q.shape[2], k.shape[2], q.shape[3]
+    G = q.shape[1] // k.shape[1]
+    kk, vv = k.repeat_interleave(G, 1), v.repeat_interleave(G, 1)
+    s = (scale or d ** -0.5) * (q @ kk.transpose(-1, -2))
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    mask = visible(N_q, N_k, causal, q.device, window)
+    seen = mask.any(-1)[:, None]  # [N_q, 1]
+    s = s.masked_fill(~mask, float("-inf"))
+    lse = torch.logsumexp(s, -1)
+    p = torch.softmax(s.masked_fill(~seen, 0.0), -1) * seen
+    return p @ vv, lse
 
 
 def max_err(a, b):
