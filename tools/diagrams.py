@@ -10,6 +10,8 @@ drawn from the structure of the code it explains; the numbers in them are the co
   diagram_backward_loop.png            stage 06: the backward's K/V-outer loop and dQ's accumulation
   diagram_decode_split_kv.png          stage 05 v14 (docs/decode.md): split-KV, GQA packing, the
                                        combine kernel's merge, and a block table
+  diagram_ring_attention.png           stage 07: Q shards fixed, K/V shards rotating, the merge in
+                                       LSE form, causal work per rank and step (contiguous, zigzag)
 
 Timelines (v3, v12) use schematic durations: the order of the steps and every wait follow the
 kernels; the lengths do not come from a measurement.
@@ -827,6 +829,118 @@ def decode_split_kv(out):
     save(fig, out, "diagram_decode_split_kv.png")
 
 
+# ---- 9. stage 07: ring attention, the ring and the zigzag -------------------------------------
+def ring_attention(out):
+    # World 4. Which chunks a rank holds: contiguous, chunk r of 4; zigzag, chunks r and 7 - r of 8
+    # (ring.py's chunks_of()). The masks below are computed from those positions (query i sees key
+    # j iff j <= i), not drawn by hand; the counts under the grids are the visible pairs.
+    W, c = 4, 4  # ranks; rows a zigzag chunk is drawn with (a shard: 2c rows)
+    n = 2 * c
+
+    def positions(r, layout):
+        if layout == "contiguous":
+            return list(range(r * n, (r + 1) * n))
+        return list(range(r * c, (r + 1) * c)) + list(range((2 * W - 1 - r) * c, (2 * W - r) * c))
+
+    fig, ax = canvas(8.2, (0, 18), (0, 16.4), "Ring attention: Q stays, K/V travel, each step merged "
+                     "(world = 4)")
+    # --- top left: the ring at step s = 1.
+    s_shown = 1
+    cx, cy, rad = 4.3, 11.3, 2.75
+    spots = [(cx, cy + rad), (cx + rad, cy), (cx, cy - rad), (cx - rad, cy)]  # rank 0 on top, clockwise
+    for r, (x, y) in enumerate(spots):
+        src = (r - s_shown) % W
+        box(ax, x - 1.25, y - 0.55, 2.5, 1.1, fc="white", ec=INK, lw=1.2)
+        ax.text(x, y + 0.3, f"rank {r}", ha="center", va="center", fontsize=9, fontweight="bold")
+        box(ax, x - 1.1, y - 0.45, 1.05, 0.5, fc=tint(Q_C, 0.35), ec="none", text=f"Q{r}", fs=9)
+        box(ax, x + 0.05, y - 0.45, 1.05, 0.5, fc=tint(KV_C, 0.2 + 0.15 * src), ec="none", text=f"K/V{src}", fs=9)
+    for r in range(W):
+        (x0, y0), (x1, y1) = spots[r], spots[(r + 1) % W]
+        mx, my = (x0 + x1) / 2, (y0 + y1) / 2
+        ox, oy = (mx - cx) * 0.35, (my - cy) * 0.35  # bow the arrows outward
+        arrow(ax, x0 + (x1 - x0) * 0.3 + ox, y0 + (y1 - y0) * 0.3 + oy, x0 + (x1 - x0) * 0.7 + ox,
+              y0 + (y1 - y0) * 0.7 + oy, color=KV_C, lw=1.6, connectionstyle="arc3,rad=-0.25")
+    ax.text(cx, cy + 0.25, f"step s = {s_shown}:\nrank r holds\nthe K/V of\nrank r - s", ha="center",
+            va="center", fontsize=8.5, color=MUTED)
+    ax.text(cx, 7.35, "K/V hop to rank r + 1 while the step computes\n(isend / irecv, started before the "
+            "attention)", ha="center", va="center", fontsize=8.5, color=KV_C)
+
+    # --- top right: the schedule, and the merge.
+    gx, gy, cw, ch = 10.0, 10.3, 1.6, 0.62
+    ax.text(gx + 2 * cw, gy + (W + 1) * ch + 0.15, "which K/V block rank r holds at step s", ha="center",
+            fontsize=9.5, fontweight="bold")
+    for s in range(W):
+        ax.text(gx + (s + 0.5) * cw, gy + W * ch + 0.3, f"s = {s}", ha="center", fontsize=8.5)
+    for r in range(W):
+        y = gy + (W - 1 - r) * ch
+        ax.text(gx - 0.15, y + ch / 2, f"rank {r}", ha="right", va="center", fontsize=8.5, color=Q_C)
+        for s in range(W):
+            src = (r - s) % W
+            box(ax, gx + s * cw, y, cw, ch, fc=tint(KV_C, 0.2 + 0.15 * src), ec="white", lw=1.2,
+                text=f"K/V{src}" + (" (own)" if s == 0 else ""), fs=8)
+    box(ax, 8.9, 7.0, 8.9, 2.85, fc="#f7f7f7", ec=INK, lw=1.2)
+    ax.text(13.35, 9.5, "after each step: stage 03's merge(), in LSE form (merge_())", ha="center",
+            fontsize=9.5, fontweight="bold")
+    ax.text(9.2, 8.85, r"$m = \max(LSE, LSE_s),\ \ \alpha = e^{LSE - m},\ \ \beta = e^{LSE_s - m}$", fontsize=10.5,
+            va="center")
+    ax.text(9.2, 8.2, r"$O \leftarrow (\alpha\, O + \beta\, O_s)\,/\,(\alpha + \beta),\ \ "
+            r"LSE \leftarrow m + \log(\alpha + \beta)$", fontsize=10.5, va="center")
+    ax.text(9.2, 7.45, "(O, LSE) is the state (m, l, o) = (LSE, 1, O); start: O = 0, LSE = -inf.\n"
+            "Backward: dQ stays; dK, dV follow their block, then hop home.", fontsize=8.5,
+            va="center", color=MUTED)
+
+    # --- bottom: causal work per (rank, step), contiguous against zigzag.
+    def grid(x0, layout):
+        cs = 0.9  # one (rank, step) cell: the n x n mask of Q_r against K/V of src
+        px = cs / n
+        top = 5.6
+        ax.text(x0 + W * cs / 2 + 0.35, top + 0.75, f"causal, {layout}", ha="center", fontsize=10,
+                fontweight="bold")
+        busiest = [0] * W
+        per_rank = []
+        for r in range(W):
+            qpos = positions(r, layout)
+            y = top - (r + 1) * (cs + 0.12)
+            ax.text(x0 - 0.1, y + cs / 2, f"rank {r}", ha="right", va="center", fontsize=8, color=Q_C)
+            tot = 0
+            for s in range(W):
+                src = (r - s) % W
+                kpos = positions(src, layout)
+                x = x0 + s * (cs + 0.12)
+                seen = 0
+                for a, i in enumerate(qpos):
+                    for b, j in enumerate(kpos):
+                        ok = j <= i
+                        seen += ok
+                        ax.add_patch(Rectangle((x + b * px, y + cs - (a + 1) * px), px, px,
+                                               facecolor=tint(OK_C, 0.25) if ok else SKIP_C, linewidth=0.3,
+                                               edgecolor=tint(OK_C, 0.25) if ok else SKIP_C))
+                ax.add_patch(Rectangle((x, y), cs, cs, facecolor="none", edgecolor=MUTED, linewidth=0.6))
+                tot += seen
+                busiest[s] = max(busiest[s], seen)
+            per_rank.append(tot)
+            ax.text(x0 + W * (cs + 0.12) + 0.1, y + cs / 2, f"{tot}", ha="left", va="center", fontsize=8)
+        for s in range(W):
+            ax.text(x0 + s * (cs + 0.12) + cs / 2, top + 0.15, f"s={s}", ha="center", fontsize=7.5)
+        ax.text(x0 + W * (cs + 0.12) + 0.1, top + 0.15, "pairs", ha="left", fontsize=7.5)
+        return per_rank, busiest
+
+    pc, bc_ = grid(1.3, "contiguous")
+    pz, bz = grid(6.9, "zigzag")
+    assert sum(pc) == sum(pz) == W * n * (W * n + 1) // 2 and len(set(pz)) == 1
+    mean = sum(pc) / W
+    tx = 12.55
+    ax.text(tx, 5.6, "All ranks wait for each hop, so a step\nlasts as long as its busiest rank.", fontsize=9,
+            va="top")
+    ax.text(tx, 4.5, f"contiguous: rank 0 computes {pc[0]} pairs,\nrank 3 {pc[3]}; the steps take the\n"
+            f"busiest's, {sum(bc_)} = {sum(bc_) / mean:.2f}x the mean.", fontsize=9, va="top")
+    ax.text(tx, 2.85, f"zigzag: rank r holds chunks r and 7 - r\n(one early, one late): {pz[0]} pairs\n"
+            f"each; the steps take {sum(bz)} = {sum(bz) / mean:.2f}x.", fontsize=9, va="top")
+    ax.text(tx, 1.15, f"drawn: N = {W * n} tokens, {n} a rank;\ngreen visible (j <= i), grey masked\n"
+            "(skipped by the plan).", fontsize=8, va="top", color=MUTED)
+    save(fig, out, "diagram_ring_attention.png")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "img"))
@@ -843,6 +957,7 @@ def main():
         "diagram_v12_producer_consumer.png": v12_producer_consumer,
         "diagram_backward_loop.png": backward_loop,
         "diagram_decode_split_kv.png": decode_split_kv,
+        "diagram_ring_attention.png": ring_attention,
     }
     if args.only and args.only not in drawings:
         ap.error(f"--only: expected one of {', '.join(drawings)}, found {args.only}")

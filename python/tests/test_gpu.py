@@ -46,7 +46,7 @@ VARIANT_CASES = [  # B, H, H_kv, N_q, N_k, d, causal, scale, window, softcap
     (1, 4, 1, 130, 250, 96, False, 1.0, None, 20.0),        # softcap alone on logits beyond it, MQA, d = 96
     (1, 2, 2, 100, 100, 40, True, 0.5, (30, -1), 5.0),      # both, d = 40 (padded)
     (1, 2, 2, 64, 64, 256, False, None, (0, 0), 1.0),       # the diagonal alone, d = 256
-    (1, 4, 2, 1, 700, 128, False, None, (200, 0), 30.0),    # one query (decode: auto takes v13, not v14)
+    (1, 4, 2, 1, 700, 128, False, None, (200, 0), 30.0),    # one query (decode: auto takes v14)
 ]
 
 
