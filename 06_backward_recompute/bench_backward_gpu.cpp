@@ -12,6 +12,10 @@
 //   BM_bwd_auto/...           "auto" (bf16) at every native width and padded ones between (40, 80,
 //                             111, 160, 224: the copies to the next width included), labelled with
 //                             what ran; TFLOP/s counts the real d's FLOPs, so padding shows as a loss
+//   BM_bwd_variant/...        "auto" (bf16), causal, with a sliding window of `window` keys to the
+//                             left (0: none) and a softcap (0: none), issue 34: TFLOP/s counts the
+//                             pairs the window keeps, so a band that skips its tiles well keeps the
+//                             causal rate; softcap's cost is the time against softcap 0
 // Counters: TFLOP/s (backward 2.5 x the forward's 4*B*H*N_q*N_k*d, halved for causal, FA2's
 //   convention: 5 matrix products against the forward's 2), pct_peak (of the datasheet's dense
 //   peak), gpu_extra_bytes (the workspace, measured by the counted device buffers).
@@ -87,6 +91,14 @@ void BM_bwd_auto(benchmark::State& state) {
   time_backward(state, "auto", fa::DType::bf16, paper_problem(state.range(0), state.range(1), state.range(2) != 0), {});
 }
 
+// Args: N, d, window (left side, causal: right 0; 0 = none), softcap (0 = none).
+void BM_bwd_variant(benchmark::State& state) {
+  fa::AttnProblem p = paper_problem(state.range(0), state.range(1), true);
+  if (state.range(2) > 0) p.window_left = state.range(2), p.window_right = 0;
+  p.softcap = float(state.range(3));
+  time_backward(state, "auto", fa::DType::bf16, p, {});
+}
+
 void bwd_grid(benchmark::internal::Benchmark* b) {
   const auto& ks = fa06::backward_kernels();
   for (int64_t k = 0; k < int64_t(ks.size()); ++k)
@@ -118,6 +130,13 @@ void auto_grid(benchmark::internal::Benchmark* b) {
   b->ArgNames({"N", "d", "causal"});
 }
 
+void variant_grid(benchmark::internal::Benchmark* b) {
+  for (int64_t d : {64, 128})
+    for (int64_t N : {4096, 16384})
+      for (int64_t w : {0, 256, 1024})
+        for (int64_t cap : {0, 50}) b->Args({N, d, w, cap});
+  b->ArgNames({"N", "d", "window", "softcap"});
+}
 void shape_grid(benchmark::internal::Benchmark* b) {
   for (int64_t d : {32, 64, 96, 128})
     for (const fa06::BwdShape& sh : fa06::bwd_shapes(d))
@@ -131,5 +150,6 @@ void shape_grid(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_bwd)->Apply(bwd_grid)->UseManualTime()->MinTime(0.1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_bwd_shape)->Apply(shape_grid)->UseManualTime()->MinTime(0.1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_bwd_auto)->Apply(auto_grid)->UseManualTime()->MinTime(0.1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_bwd_variant)->Apply(variant_grid)->UseManualTime()->MinTime(0.1)->Unit(benchmark::kMillisecond);
 
 int main(int argc, char** argv) { return fa::bench::gpu_benchmark_main(argc, argv, "bench_06_backward_gpu"); }

@@ -189,14 +189,9 @@ BwdPlan backward_plan(const std::string& kernel, const fa::AttnProblem& p, fa::D
   if (kernel != "auto" && std::find(ks.begin(), ks.end(), kernel) == ks.end())
     throw fa::InputError("--bwd-kernel", "auto, gpu_v1, gpu_v2, gpu_v3, gpu_v4 or a _det variant of the last three",
                          "'" + kernel + "'");
+  // The window and the softcap (issue 34, docs/math.md section 8) are every kernel's: validate()
+  // refuses their bad values (--window, --softcap), and nothing else here depends on them.
   fa::validate(p);
-  // Issue 34: the CPU backward takes a window and a softcap; the GPU backward refuses them.
-  if (p.has_window())
-    throw fa::InputError("--window", "no window on the GPU yet (the CPU backward, --device cpu, takes one)",
-                         std::to_string(p.window_left) + "," + std::to_string(p.window_right));
-  if (p.softcap > 0.f)
-    throw fa::InputError("--softcap", "no softcap on the GPU yet (the CPU backward, --device cpu, takes one)",
-                         std::to_string(p.softcap));
   if (p.d > 256) throw fa::InputError("--head-dim", "at most 256 for the GPU backward", std::to_string(p.d));
   const bool asked = shape.Bc != 0 || shape.keys_per_warp != 0;
   const bool det = is_det(kernel);

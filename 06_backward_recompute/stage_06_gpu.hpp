@@ -39,8 +39,15 @@ inline fa::BackwardFn stage_06_gpu_backward(const std::string& asked = "gpu_v1",
 
 // The forward that feeds a GPU backward in `dtype`: stage 05's v1 in fp32, its fastest
 // tensor-core version (v7, which runs v5 off sm_90) in fp16/bf16 (v1 at the head dims they do
-// not run).
-inline fa::ForwardFn stage_06_gpu_forward(fa::DType t) { return stage_05_forward(t == fa::DType::fp32 ? "v1" : "v7", t); }
+// not run). With a sliding window or a softcap (issue 34), which v7 refuses: stage 05's auto,
+// which picks a kernel that takes them (v13 on Hopper, v1 elsewhere; fa05::plan's note says).
+inline fa::ForwardFn stage_06_gpu_forward(fa::DType t) {
+  const fa::ForwardFn plain = stage_05_forward(t == fa::DType::fp32 ? "v1" : "v7", t);
+  const fa::ForwardFn variant = t == fa::DType::fp32 ? plain : stage_05_forward("auto", t);
+  return [plain, variant](const fa::AttnProblem& p, const float* Q, const float* K, const float* V, float* O, float* LSE) {
+    (p.has_window() || p.softcap > 0.f ? variant : plain)(p, Q, K, V, O, LSE);
+  };
+}
 
 // The whole stage on the GPU: forward by stage_06_gpu_forward, backward by `kernel` ("" or
 // "auto": the fastest measured for the head dim, fa06::default_backward_kernel).

@@ -202,3 +202,45 @@ TEST_CASE("06 program: the backward from O and LSE files (--o-in, --lse-in) equa
   }
   fs::remove_all(dir);
 }
+
+// Issue 34 on the GPU: --device gpu takes --window and --softcap with every backward kernel (the
+// forward: stage 05's auto, which takes them); only a bad value is refused, naming its flag, before
+// anything touches the GPU. Without a GPU the run stops at the GPU's one line, not at the variants.
+TEST_CASE("06 program: --device gpu takes --window and --softcap with every --bwd-kernel, refusing only bad values") {
+  const fs::path dir = fs::temp_directory_path() / "fa_test_06_gpu_variants";
+  fs::create_directories(dir);
+  if (run("--help", dir).out.find("--device") == std::string::npos) {
+    MESSAGE("this build has no GPU backward (no nvcc): nothing to test");
+    fs::remove_all(dir);
+    return;
+  }
+  for (const char* k : {"auto", "gpu_v1", "gpu_v2", "gpu_v2_det", "gpu_v3", "gpu_v3_det", "gpu_v4", "gpu_v4_det"})
+    for (const char* dt : {"fp32", "bf16"}) {
+      const std::string args = std::string("--device gpu --bwd-kernel ") + k + " --dtype " + dt +
+                               " --batch 2 --heads 4 --kv-heads 2 --seq-q 300 --seq-k 200 --head-dim 128 --causal"
+                               " --window 40,0 --softcap 20 --dq " + (dir / "dq.npy").string();
+      INFO(args);
+      const Ran r = run(args, dir);
+      INFO(r.out << r.err);
+      if (r.code == 2 && r.err.find("GPU: expected a CUDA GPU") != std::string::npos) {
+        CHECK(r.err.find("--window") == std::string::npos);
+        CHECK(r.err.find("--softcap") == std::string::npos);
+        CHECK(!fs::exists(dir / "dq.npy"));
+        continue;
+      }
+      REQUIRE(r.code == 0);  // on a GPU: it ran (the report compares the gradients with float64; the GPU tests judge them)
+      CHECK(r.out.find("dQ/dK/dV vs float64") != std::string::npos);
+      CHECK(fs::file_size(dir / "dq.npy") > 0);
+      fs::remove(dir / "dq.npy");
+    }
+  const std::pair<const char*, const char*> bad[] = {{"--window 40,-3", "--window"}, {"--window 40", "--window"},
+                                                    {"--softcap 0", "--softcap"},    {"--softcap -5", "--softcap"}};
+  for (const auto& [flags, flag] : bad) {
+    INFO(flags);
+    const Ran e = run(std::string("--device gpu --dtype bf16 --seq-q 64 --head-dim 64 ") + flags, dir);
+    CHECK(e.code == 2);
+    CHECK(e.err.find(flag) != std::string::npos);
+    CHECK(std::count(e.err.begin(), e.err.end(), '\n') == 1);
+  }
+  fs::remove_all(dir);
+}

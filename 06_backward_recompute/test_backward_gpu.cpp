@@ -15,6 +15,11 @@
 //   - scale != 1/sqrt(d), MQA and B > 1 at the tensor-core head dims
 //   - the extra GPU memory: D for gpu_v1; D and dQ's float32 accumulator for the others, and the
 //     padded copies where d is not a native width
+//   - the variants (issue 34): the variant backward battery (windows, softcaps) for gpu_v1 in fp32,
+//     fp16, bf16 and each tensor-core backward in fp16/bf16 (also at d = 128), ragged shapes whose
+//     band edges cross the blocks, bit-identical gradients with a window; O and LSE from stage
+//     01's forward on the CPU (the backward alone is judged), and auto's backward fed by stage 05's
+//     GPU forward (auto: v13, v1 in fp32), as the program runs it
 // No timing here.
 #include <doctest/doctest.h>
 
@@ -22,7 +27,9 @@
 #include <string>
 #include <vector>
 
+#include "baseline.hpp"
 #include "conformance.hpp"
+#include "dtype.hpp"
 #include "devstats.hpp"
 #include "stage_06_gpu.hpp"
 
@@ -326,5 +333,152 @@ TEST_CASE("06 gpu widths: extra GPU memory of a padded run is the plan's: D, dQa
       const int64_t turns = pl.runs.substr(pl.runs.size() - 4) == "_det" ? 4 * (2 * 4 * ((300 + 63) / 64) + 1) : 0;
       const int64_t pad = d == D ? 0 : 2 * (2 * q_rows + 4 * kv_rows) * D;
       CHECK(mem.peak_bytes() == 4 * q_rows + 4 * q_rows * D + turns + pad);
+    }
+}
+
+// ---- The variants (issue 34, docs/math.md section 8): a sliding window and a softcap -------------
+//
+// The O and LSE the backward consumes come from stage 01's forward on the CPU (it takes both), with
+// O rounded to the dtype as a GPU forward stores it (so the battery's baseline sees the O the
+// backward receives): the backward is judged alone, whatever stage 05's GPU forward does with the
+// variants. One test feeds it that forward (auto), as the program does. Each test says which.
+
+namespace {
+// Stage 01's forward (float32, on the CPU) with O stored in dtype t, as a GPU forward stores it.
+fa::ForwardFn cpu01_forward(fa::DType t) {
+  return [t](const fa::AttnProblem& p, const float* Q, const float* K, const float* V, float* O, float* LSE) {
+    fa::baseline_forward(p, Q, K, V, O, LSE);
+    for (int64_t e = 0; e < p.q_elems(); ++e) O[e] = fa::round_to(t, O[e]);
+  };
+}
+bool is_det(const std::string& k) { return k.size() > 4 && k.substr(k.size() - 4) == "_det"; }
+
+// `version` and its _det variant on the variant backward battery, fp16 and bf16 (_det: bf16). The
+// battery's cases are at d = 16 .. 64 (gpu_v4 falls back there: to gpu_v2, auto's choice), so they
+// also run at d = 128, where all three run themselves (real-model inputs keep their own d).
+void check_variant_battery(const std::string& version) {
+  if (version == "gpu_v4" && !v4_runs_here()) return;
+  for (const std::string& k : {version, version + "_det"})
+    for (fa::DType t : kHalfTypes) {
+      if (is_det(k) && t == fa::DType::fp16) continue;
+      INFO(k << " " << std::string(fa::dtype_name(t)));
+      fa::check_variant_backward_battery(stage_06_gpu_backward(k, t), false, cpu01_forward(t), v2_storage(t));
+      for (fa::Case c : fa::variant_backward_battery()) {
+        if (c.fill == fa::Fill::RealL0 || c.fill == fa::Fill::RealL5) continue;
+        c.p.d = 128;
+        c.name += " at d = 128";
+        CHECK(fa06::backward_plan(k, c.p, t).runs == k);
+        fa::check_backward_case(stage_06_gpu_backward(k, t), c, false, cpu01_forward(t), v2_storage(t));
+      }
+    }
+}
+
+// Ragged shapes whose band edges cross the kernels' blocks (64 query rows a step, 64 or 128 keys a
+// block; gpu_v1: 64 or 32 both): N not a multiple of a block, N_q != N_k both ways (rows that see
+// no key with N_q > N_k), GQA, windows narrower than a block, wider, asymmetric, one-sided, with
+// causal; a softcap on some. At d = 64 and 128 (gpu_v4: 128), gpu_v2 at each of its block shapes.
+struct Window {
+  int64_t left, right;
+  bool causal;
+  float softcap;
+};
+const int64_t kVariantSizes[][2] = {{300, 1000}, {1000, 300}, {127, 129}, {200, 63}, {65, 65}};
+const Window kWindows[] = {{7, 0, true, 0.f},    {100, 37, false, 0.f}, {0, 130, false, 20.f},
+                           {-1, 70, false, 0.f}, {200, -1, true, 50.f}, {64, 64, false, 5.f}};
+
+void check_variant_ragged(const std::string& kernel, fa::DType t) {
+  const bool v1 = kernel == "gpu_v1";
+  for (int64_t d : {64, 128}) {
+    if (is_v4(kernel) && d != 128) continue;
+    std::vector<fa06::BwdShape> shapes = {{}};
+    if (kernel.rfind("gpu_v2", 0) == 0) shapes = fa06::bwd_shapes(d);
+    for (const fa06::BwdShape& sh : shapes)
+      for (auto& nn : kVariantSizes)
+        for (const Window& w : kWindows) {
+          fa::AttnProblem p = fa::make_problem(2, 4, 2, nn[0], nn[1], d, w.causal);
+          p.window_left = w.left, p.window_right = w.right, p.softcap = w.softcap;
+          const fa::Case c{kernel + " variant shape", p, w.softcap > 0.f ? fa::Fill::Logits30 : fa::Fill::HighDims};
+          const fa06::BwdPlan pl = fa06::backward_plan(kernel, p, t, sh);
+          INFO(kernel << " runs " << pl.runs << ", Bc " << pl.Bc << ", " << pl.keys_per_warp << " keys a warp, "
+                      << std::string(fa::dtype_name(t)));
+          CHECK(pl.runs == kernel);
+          fa::check_backward_case(stage_06_gpu_backward(kernel, t, sh), c, false, cpu01_forward(t),
+                                  v1 ? fa::Storage{t, false} : v2_storage(t));
+        }
+  }
+}
+
+// `version` and its _det variant on the ragged shapes, fp16 and bf16 (_det: bf16).
+void check_variant_ragged_tc(const std::string& version) {
+  if (version == "gpu_v4" && !v4_runs_here()) return;
+  for (const std::string& k : {version, version + "_det"})
+    for (fa::DType t : kHalfTypes)
+      if (!(is_det(k) && t == fa::DType::fp16)) check_variant_ragged(k, t);
+}
+}  // namespace
+
+TEST_CASE("06 gpu variants: gpu_v1 variant backward battery (windows, softcaps) in fp32, fp16, bf16, O and LSE from stage 01's forward (CPU)") {
+  for (fa::DType t : {fa::DType::fp32, fa::DType::fp16, fa::DType::bf16}) {
+    INFO("gpu_v1 " << std::string(fa::dtype_name(t)));
+    // gpu_v1 multiplies P in float32: only the inputs, O and the gradients are stored in t.
+    fa::check_variant_backward_battery(stage_06_gpu_backward("gpu_v1", t), false, cpu01_forward(t), fa::Storage{t, false});
+  }
+}
+
+TEST_CASE("06 gpu variants: gpu_v2, gpu_v2_det variant backward battery, fp16 and bf16, also at d = 128, O and LSE from stage 01's forward (CPU)") {
+  check_variant_battery("gpu_v2");
+}
+TEST_CASE("06 gpu variants: gpu_v3, gpu_v3_det variant backward battery, fp16 and bf16, also at d = 128, O and LSE from stage 01's forward (CPU)") {
+  check_variant_battery("gpu_v3");
+}
+TEST_CASE("06 gpu variants: gpu_v4, gpu_v4_det variant backward battery, fp16 and bf16, also at d = 128, O and LSE from stage 01's forward (CPU)") {
+  check_variant_battery("gpu_v4");
+}
+
+TEST_CASE("06 gpu variants: gpu_v1 ragged, band edges across the blocks, GQA, N_q != N_k, fp32 and bf16, O and LSE from stage 01's forward (CPU)") {
+  for (fa::DType t : {fa::DType::fp32, fa::DType::bf16}) check_variant_ragged("gpu_v1", t);
+}
+TEST_CASE("06 gpu variants: gpu_v2, gpu_v2_det ragged, band edges across the blocks, every block shape, O and LSE from stage 01's forward (CPU)") {
+  check_variant_ragged_tc("gpu_v2");
+}
+TEST_CASE("06 gpu variants: gpu_v3, gpu_v3_det ragged, band edges across the blocks, O and LSE from stage 01's forward (CPU)") {
+  check_variant_ragged_tc("gpu_v3");
+}
+TEST_CASE("06 gpu variants: gpu_v4, gpu_v4_det ragged, band edges across the blocks, O and LSE from stage 01's forward (CPU)") {
+  check_variant_ragged_tc("gpu_v4");
+}
+
+// As the program runs it (--device gpu): the forward on the GPU too, stage 05's auto for a problem
+// with a variant (v13 on Hopper; v1 in fp32), and the backward's auto.
+TEST_CASE("06 gpu variants: auto variant backward battery in fp32, fp16, bf16, O and LSE from stage 05's forward on the GPU (auto)") {
+  for (fa::DType t : {fa::DType::fp32, fa::DType::fp16, fa::DType::bf16}) {
+    INFO("auto " << std::string(fa::dtype_name(t)));
+    fa::check_variant_backward_battery(stage_06_gpu_backward("auto", t), false, stage_06_gpu_forward(t),
+                                       t == fa::DType::fp32 ? fa::Storage{} : v2_storage(t));
+  }
+}
+
+// The deterministic variants add dQ_i in key-block order from the first key block that sees query
+// block i (with a window, not block 0: a wrong first turn would never come, and the kernel hang).
+TEST_CASE("06 gpu variants: gpu_v1 and the _det variants bit-identical over 10 runs with a window and a softcap") {
+  for (const char* k : {"gpu_v1", "gpu_v2_det", "gpu_v3_det", "gpu_v4_det"})
+    for (int64_t d : {64, 128}) {
+      if (is_v4(k) && (d != 128 || !v4_runs_here())) continue;
+      fa::AttnProblem p = fa::make_problem(2, 4, 2, 700, 1333, d, true);
+      p.window_left = 300, p.softcap = 30.f;
+      const fa::DType t = std::string(k) == "gpu_v1" ? fa::DType::fp32 : fa::DType::bf16;
+      INFO(k << " " << p.describe() << " window 300,0 softcap 30");
+      CHECK(fa06::backward_plan(k, p, t).runs == k);
+      fa::Inputs in = fa::random_inputs(p, 3);
+      fa::add_grad_output(in, "", 4);
+      const fa::ForwardRun fwd = fa::run_forward(cpu01_forward(t), in);
+      const fa::BackwardFn f = stage_06_gpu_backward(k, t);
+      const fa::BackwardRun a = fa::run_backward(f, in, fwd);
+      for (int rep = 1; rep < 10; ++rep) {
+        const fa::BackwardRun b = fa::run_backward(f, in, fwd);
+        CHECK(fa::same_bits(a.dQ, b.dQ));
+        CHECK(fa::same_bits(a.dK, b.dK));
+        CHECK(fa::same_bits(a.dV, b.dV));
+      }
     }
 }

@@ -1,11 +1,15 @@
 // Stage 06's GPU backward, what needs no GPU (CI runs it): the launch arithmetic of
-// fa06::backward_plan and what it refuses.
+// fa06::backward_plan and what it refuses, and the band the kernels ask (kernels/bwd_variants.hpp).
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "kernels/bwd_variants.hpp"
 #include "runner_bwd.hpp"
 
 TEST_CASE("06 gpu plan: blocks of 64 rows for d <= 64, else 32; grids over key and query blocks") {
@@ -268,15 +272,105 @@ TEST_CASE("06 gpu plan: refuses what a kernel cannot run, naming the flag") {
                        doctest::Contains("--kv-heads"), fa::InputError);
 }
 
-// Issue 34: the CPU backward takes a sliding window and a softcap; the GPU backward refuses them.
-TEST_CASE("06 gpu plan: a window or a softcap is refused, naming the flag (the CPU backward takes them)") {
-  for (const char* k : {"auto", "gpu_v1", "gpu_v2", "gpu_v4"}) {
-    INFO("kernel " << k);
-    fa::AttnProblem w = fa::make_problem(1, 2, 1, 64, 64, 64, true);
-    w.window_right = 0, w.window_left = 8;
-    CHECK_THROWS_WITH_AS(fa06::backward_plan(k, w, fa::DType::bf16), doctest::Contains("--window"), fa::InputError);
-    fa::AttnProblem c = fa::make_problem(1, 2, 1, 64, 64, 64, false);
-    c.softcap = 30.f;
-    CHECK_THROWS_WITH_AS(fa06::backward_plan(k, c, fa::DType::bf16), doctest::Contains("--softcap"), fa::InputError);
+// Issue 34: every GPU backward takes a sliding window and a softcap (docs/math.md section 8); the
+// plan is the one without them (the variants change which tiles run and how, not the launch), and
+// validate() refuses their bad values, naming the flag.
+TEST_CASE("06 gpu plan: every kernel takes a window and a softcap; auto chooses as without; bad values refused, naming the flag") {
+  std::vector<std::string> kernels = fa06::backward_kernels();
+  kernels.push_back("auto");
+  for (const std::string& k : kernels)
+    for (int64_t d : {32, 64, 100, 128, 256})
+      for (fa::DType t : {fa::DType::fp32, fa::DType::bf16})
+        for (int sm : {90, 80}) {
+          INFO(k << " d = " << d << " " << std::string(fa::dtype_name(t)) << " sm_" << sm);
+          const fa::AttnProblem plain = fa::make_problem(2, 4, 2, 333, 257, d, true);
+          fa::AttnProblem w = plain, c = plain, both = plain;
+          w.window_left = 64, w.window_right = 0;
+          c.softcap = 30.f;
+          both.window_left = 16, both.window_right = 16, both.softcap = 50.f;
+          const fa06::BwdPlan pl = fa06::backward_plan(k, plain, t, {}, sm);
+          for (const fa::AttnProblem& p : {w, c, both}) {
+            const fa06::BwdPlan pv = fa06::backward_plan(k, p, t, {}, sm);
+            CHECK(pv.runs == pl.runs);
+            CHECK(pv.note == pl.note);
+            CHECK(pv.Bc == pl.Bc);
+            CHECK(pv.blocks_dkdv == pl.blocks_dkdv);
+            CHECK(pv.smem_dkdv == pl.smem_dkdv);
+            CHECK(pv.workspace_bytes == pl.workspace_bytes);
+          }
+          // auto's choice with a window (and the fallbacks of the others) is the choice without.
+          if (k == "auto") CHECK(fa06::backward_plan(k, w, t, {}, sm).runs == fa06::default_backward_kernel(d, t, 0, sm));
+        }
+  fa::AttnProblem bad = fa::make_problem(1, 2, 1, 64, 64, 64, false);
+  bad.window_left = -2;
+  for (const std::string& k : kernels)
+    CHECK_THROWS_WITH_AS(fa06::backward_plan(k, bad, fa::DType::bf16), doctest::Contains("--window"), fa::InputError);
+  bad.window_left = 8;
+  for (float cap : {-1.f, std::nanf(""), INFINITY}) {
+    bad.softcap = cap;
+    CHECK_THROWS_WITH_AS(fa06::backward_plan("auto", bad, fa::DType::bf16), doctest::Contains("--softcap"), fa::InputError);
   }
+}
+
+// The band as the kernels ask it (kernels/bwd_variants.hpp), against AttnProblem::visible() pair by
+// pair: the query blocks each key block runs are exactly those with a visible pair (and one range),
+// the first key block of each query block is the lowest that runs it (the deterministic turns count
+// from there), and on every tile the two diagonals give visible() exactly, a tile they do not cross
+// being visible whole. Odd sizes, N_q != N_k both ways, causal, windows of 0, 1, below and above a
+// block, one-sided, wider than N (and INT64_MAX), at the kernels' block sizes and odd ones.
+TEST_CASE("06 gpu band: query_blocks, first_key_block and band_tile agree with visible() pair by pair") {
+  const int64_t sizes[][2] = {{1, 1}, {1, 100}, {17, 17}, {64, 64}, {65, 129}, {129, 65}, {200, 37}, {37, 200}, {300, 300}};
+  const int64_t windows[][2] = {{-1, -1}, {0, 0},  {1, 1},     {16, 16},   {100, 3},  {3, 100},
+                                {-1, 10},  {50, -1}, {64, 0},  {5000, 5000}, {INT64_MAX, 0}, {0, INT64_MAX}};
+  const int64_t blocks[][2] = {{64, 64}, {64, 128}, {64, 32}, {64, 16}, {32, 64}, {7, 13}};  // Br, Bc
+  int64_t tiles = 0, crossed = 0;
+  for (auto& nn : sizes)
+    for (auto& w : windows)
+      for (bool causal : {false, true})
+        for (auto& bl : blocks) {
+          fa::AttnProblem p = fa::make_problem(1, 1, 1, nn[0], nn[1], 8, causal);
+          p.window_left = w[0], p.window_right = w[1];
+          const int64_t Br = bl[0], Bc = bl[1], Tr = (p.N_q + Br - 1) / Br, Tc = (p.N_k + Bc - 1) / Bc;
+          INFO("N_q " << p.N_q << " N_k " << p.N_k << " causal " << causal << " window " << w[0] << "," << w[1] << " Br "
+                      << Br << " Bc " << Bc);
+          // sees[i][j]: some pair of query block i and key block j is visible.
+          std::vector<std::vector<bool>> sees(size_t(Tr), std::vector<bool>(size_t(Tc), false));
+          for (int64_t i = 0; i < p.N_q; ++i)
+            for (int64_t j = 0; j < p.N_k; ++j)
+              if (p.visible(i, j)) sees[size_t(i / Br)][size_t(j / Bc)] = true;
+          for (int64_t j = 0; j < Tc; ++j) {
+            const int64_t c0 = j * Bc, bc = std::min(Bc, p.N_k - c0);
+            const fa06::QueryBlocks qb = fa06::query_blocks(p, c0, bc, Br);
+            INFO("key block " << j << ": query blocks " << qb.first << " .. " << qb.last);
+            for (int64_t i = 0; i < Tr; ++i) CHECK(sees[size_t(i)][size_t(j)] == (qb.first <= i && i < qb.last));
+            CHECK(qb.first >= 0);
+            CHECK(qb.last <= Tr);
+          }
+          for (int64_t i = 0; i < Tr; ++i) {
+            const int64_t r0 = i * Br, br = std::min(Br, p.N_q - r0);
+            int64_t lowest = -1;
+            for (int64_t j = 0; j < Tc && lowest < 0; ++j)
+              if (sees[size_t(i)][size_t(j)]) lowest = j;
+            if (lowest >= 0) CHECK(fa06::first_key_block(p, r0, Bc) == lowest);
+            for (int64_t j = 0; j < Tc; ++j) {
+              const int64_t c0 = j * Bc, bc = std::min(Bc, p.N_k - c0);
+              const fa06::BandTile band = fa06::band_tile(p, r0, c0, int(Br), int(Bc));
+              bool all = true;
+              for (int64_t qc = 0; qc < br; ++qc)
+                for (int64_t kr = 0; kr < bc; ++kr) {
+                  const bool v = p.visible(r0 + qc, c0 + kr);
+                  all = all && v;
+                  if (band.sees(int(kr - qc)) != v) {
+                    INFO("tile (" << i << ", " << j << ") query " << r0 + qc << " key " << c0 + kr << " band " << band.lo << ".." << band.hi);
+                    CHECK(band.sees(int(kr - qc)) == v);
+                  }
+                }
+              if (!band.crosses(int(Br), int(Bc))) CHECK(all);
+              ++tiles, crossed += band.crosses(int(Br), int(Bc));
+            }
+          }
+        }
+  // Not every tile is masked: those wholly inside the band skip the mask.
+  MESSAGE((tiles - crossed) << " of " << tiles << " tiles wholly inside the band");
+  CHECK(crossed < tiles);
 }

@@ -21,9 +21,15 @@
 // so gpu_v2 (bwd_v2_mma.cuh) can fall back to this file for the head dims it is not compiled for,
 // as stage 05's tensor-core forwards fall back to v1. Shapes (common/problem.hpp): Q, O, dO, dQ
 // [B,H,N_q,d]; K, V, dK, dV [B,H_kv,N_k,d]; LSE, D [B,H,N_q]. Bottom-right causal, GQA, any N.
+//
+// Variants (docs/math.md section 8; bwd_variants.hpp): a sliding window runs, per key block, only
+// the query blocks whose band reaches it, and per query block only the keys its rows see, as the
+// CPU version; only a tile an edge of the band crosses asks visible() pair by pair. A softcap
+// recomputes S = c tanh(scale q.k / c) and multiplies dS by its slope 1 - (S/c)^2 (8.2).
 #pragma once
 #include <cstdint>
 
+#include "bwd_variants.hpp"
 #include "kernel_common.cuh"
 #include "problem.hpp"
 
@@ -108,19 +114,21 @@ dk_dv_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restri
   float* Li = dSt + Bc * sp;      // (Br)
   float* Di = Li + Br;            // (Br)
 
-  const int64_t t = blockIdx.x, G = p.H / p.H_kv, shift = p.N_k - p.N_q;
+  const int64_t t = blockIdx.x, G = p.H / p.H_kv;
   const int64_t b = t / (p.H_kv * Tc), hk = t / Tc % p.H_kv, c0 = t % Tc * Bc;
   const int bc = int(min(int64_t(Bc), p.N_k - c0));
+  const bool cap = p.softcap > 0.f;  // (8.2): S = c tanh(S / c), dS times its slope
 
   // Load K_j, V_j (line 6); dK_j = dV_j = 0 on chip (line 7).
   load_rows(Kj, K + p.kv_offset(b, hk * G, c0), bc, d);  // query head hk * G reads kv head hk
   load_rows(Vj, V + p.kv_offset(b, hk * G, c0), bc, d);
   for (int e = threadIdx.x; e < Bc * dp; e += kThreads) dKj[e] = 0.f, dVj[e] = 0.f;
-  // Causal: the queries before i_first see none of these keys; their blocks are skipped whole.
-  const int64_t i_first = p.causal ? max(int64_t(0), c0 - shift) : 0;
+  // Only the query blocks that see some of these keys (causal: none above the diagonal; a window:
+  // none whose band has passed them, bwd_variants.hpp); the others are skipped whole.
+  const QueryBlocks qb = query_blocks(p, c0, bc, Br);
 
-  for (int64_t h = hk * G; h < (hk + 1) * G; ++h)                 // GQA: the heads sharing hk
-    for (int64_t r0 = i_first / Br * Br; r0 < p.N_q; r0 += Br) {  // line 8: the query blocks
+  for (int64_t h = hk * G; h < (hk + 1) * G; ++h)                             // GQA: the heads sharing hk
+    for (int64_t r0 = qb.first * Br; r0 < qb.last * Br; r0 += Br) {  // line 8: the query blocks
       const int br = int(min(int64_t(Br), p.N_q - r0));
       __syncthreads();  // everyone is done with the previous Q_i, dO_i, dS^T
       // Load Q_i, dO_i, LSE_i, D_i (line 9). A row that sees no key has LSE = -inf; +inf makes
@@ -133,26 +141,33 @@ dk_dv_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restri
         Di[r] = D[p.lse_offset(b, h, r0 + r)];
       }
       __syncthreads();
-      // S^T = scale K_j Q_i^T (line 10), bc x br: keys down, queries across.
+      // S^T = scale K_j Q_i^T (line 10) and dP^T = V_j dO_i^T (line 13), bc x br (keys down,
+      // queries across): independent, one phase.
       mm_abt(St, sp, Kj, dp, Qi, dp, bc, br, d, scale);
-      __syncthreads();
-      // P^T = exp(S^T - LSE_i) (line 11), 0 where causal hides the key from the query.
-      for (int e = threadIdx.x; e < bc * br; e += kThreads) {
-        const int c = e / br, r = e % br;
-        St[c * sp + r] = p.visible(r0 + r, c0 + c) ? expf(St[c * sp + r] - Li[r]) : 0.f;
-      }
-      __syncthreads();
-      // dV_j += P^T dO_i (line 12) and dP^T = V_j dO_i^T (line 13): independent, one phase.
-      mm_ab_acc(dVj, dp, St, sp, dOi, dp, bc, d, br);
       mm_abt(dSt, sp, Vj, dp, dOi, dp, bc, br, d, 1.f);
       __syncthreads();
-      // dS^T = P^T * (dP^T - D_i) (line 14).
+      // P^T = exp(S^T - LSE_i) (line 11), 0 where the mask hides the key from the query, and
+      // dS^T = P^T * (dP^T - D_i) (line 14). Only a tile an edge of the band crosses asks
+      // visible(): its last key is past what its first query sees (the diagonal), or its first
+      // key before what its last query sees (the window's left edge). Softcap: S = c tanh(S / c)
+      // as the forward, and dS times the slope 1 - (S/c)^2 (8.2).
+      const bool crosses = c0 + bc > p.key_end(r0) || p.key_begin(r0 + br - 1) > c0;
       for (int e = threadIdx.x; e < bc * br; e += kThreads) {
         const int c = e / br, r = e % br;
-        dSt[c * sp + r] = St[c * sp + r] * (dSt[c * sp + r] - Di[r]);
+        float P = 0.f, slope = 1.f;
+        if (!crosses || p.visible(r0 + r, c0 + c)) {
+          float S = St[c * sp + r];
+          if (cap) S = softcap(S, p.softcap), slope = softcap_slope(S, 1.f / p.softcap);
+          P = expf(S - Li[r]);
+        }
+        St[c * sp + r] = P;
+        dSt[c * sp + r] = P * (dSt[c * sp + r] - Di[r]);
+        if (cap) dSt[c * sp + r] *= slope;
       }
       __syncthreads();
-      // dK_j += dS^T Q_i (line 16; the factor scale is applied once, at the write).
+      // dV_j += P^T dO_i (line 12) and dK_j += dS^T Q_i (line 16; the factor scale is applied
+      // once, at the write): independent, one phase.
+      mm_ab_acc(dVj, dp, St, sp, dOi, dp, bc, d, br);
       mm_ab_acc(dKj, dp, dSt, sp, Qi, dp, bc, d, br);
     }
   __syncthreads();
@@ -195,9 +210,12 @@ dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict_
     Li[r] = lse == -INFINITY ? INFINITY : lse;
     Di[r] = D[p.lse_offset(b, h, r0 + r)];
   }
-  const int64_t keys_needed = p.key_end(r0 + br - 1);  // causal: key blocks past it are skipped
+  // As the forward: the keys some row of the block sees, and no others (causal: key blocks past
+  // the last row's diagonal are skipped; a window: also those before the first row's band).
+  const int64_t keys_from = p.key_begin(r0), keys_needed = p.key_end(r0 + br - 1);
+  const bool cap = p.softcap > 0.f;
 
-  for (int64_t c0 = 0; c0 < keys_needed; c0 += Bc) {
+  for (int64_t c0 = keys_from; c0 < keys_needed; c0 += Bc) {
     const int bn = int(min(int64_t(Bc), keys_needed - c0));
     __syncthreads();  // everyone is done with the previous K_j (and Q_i ... are loaded)
     load_rows(Kj, K + p.kv_offset(b, h, c0), bn, d);
@@ -207,11 +225,19 @@ dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict_
     mm_abt(S, sp, Qi, dp, Kj, dp, br, bn, d, scale);
     mm_abt(dS, sp, dOi, dp, Vj, dp, br, bn, d, 1.f);
     __syncthreads();
-    // P = exp(S - LSE_i) (0 where hidden), dS = P * (dP - D_i) (lines 11 and 14).
+    // P = exp(S - LSE_i) (0 where hidden), dS = P * (dP - D_i) (lines 11 and 14); the mask and
+    // the softcap as in pass 1.
+    const bool crosses = c0 + bn > p.key_end(r0) || p.key_begin(r0 + br - 1) > c0;
     for (int e = threadIdx.x; e < br * bn; e += kThreads) {
       const int r = e / bn, c = e % bn;
-      const float P = p.visible(r0 + r, c0 + c) ? expf(S[r * sp + c] - Li[r]) : 0.f;
+      float P = 0.f, slope = 1.f;
+      if (!crosses || p.visible(r0 + r, c0 + c)) {
+        float Sc = S[r * sp + c];
+        if (cap) Sc = softcap(Sc, p.softcap), slope = softcap_slope(Sc, 1.f / p.softcap);
+        P = expf(Sc - Li[r]);
+      }
       dS[r * sp + c] = P * (dS[r * sp + c] - Di[r]);
+      if (cap) dS[r * sp + c] *= slope;
     }
     __syncthreads();
     // dQ_i += dS K_j (line 15; scale applied at the write).

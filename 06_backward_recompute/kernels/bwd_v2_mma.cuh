@@ -37,9 +37,18 @@
 // columns, runner_bwd.cu), W warps of kM row tiles (Bc = 16 kM W keys per block: the shapes of
 // fa06::bwd_shapes). At D = 192 and 256 dK_j and dV_j of 16 keys would take 192 and 256 registers
 // a lane (ptxas: spills): v3 with 64 keys a block runs there.
+//
+// Variants (docs/math.md section 8; bwd_variants.hpp holds the policies): a sliding window runs a
+// key block's steps over only the query blocks that see it, and masks only a tile an edge of the
+// band crosses, by the band's two diagonals; a softcap turns each unmasked score into
+// c tanh(scale S^T / c) as the softmax reads it (the masked ones stay -inf) and multiplies dS^T by
+// its slope 1 - (S/c)^2 (8.2). Both are runtime flags, the same
+// for the whole grid: the kernel without them runs the instructions it ran before, plus a branch.
 #pragma once
 #include <cstdint>
+#include <type_traits>
 
+#include "bwd_variants.hpp"
 #include "kernel_common.cuh"
 #include "problem.hpp"
 #include "ptx.cuh"
@@ -125,12 +134,14 @@ __device__ __forceinline__ void add_to_dq(float2* at, float2 add) {
 // dims divide evenly (each K_j fragment loaded then serves two mma row tiles), else four of 16
 // (d = 32 or 96 over 8 warps: 8 or 24 dims a warp would not make whole 16-dim pairs). A = dS
 // (query x key) is dS^T read by a transposing ldmatrix; B = K_j with the key as k, transposing as
-// V_j in the forward. br: the step's valid query rows; (b, h, r0): its head and first row.
+// V_j in the forward. br: the step's valid query rows; (b, h, r0): its head and first row; turn:
+// this key block's place in the order of those that see the query block, j - first_key_block()
+// (the deterministic variants add in that order; with no window the first is block 0: turn = j).
 template <int D, int W>
 constexpr int kDqRowGroups = (D / (W / 2)) % 16 == 0 ? 2 : 4;
 template <class T, int D, int W, int Bc, bool kDeterministic>
 __device__ __forceinline__ void add_dq(const T* dSt, const T* Kj, float* dQacc, int* dq_turn, const fa::AttnProblem& p,
-                                       int64_t b, int64_t h, int64_t r0, int br, int64_t Tr, int64_t j) {
+                                       int64_t b, int64_t h, int64_t r0, int br, int64_t Tr, int64_t turn_no) {
   constexpr int kRowGroups = kDqRowGroups<D, W>, kRows = Br / kRowGroups, kMM = kRows / 16;
   constexpr int kDims = D / (W / kRowGroups), kC = kDims % 32 == 0 ? 32 : kDims % 48 == 0 ? 48 : 16;
   static_assert(W % kRowGroups == 0 && kDims % 16 == 0 && kDims % kC == 0, "dQ's warp tiling must cover D");
@@ -139,11 +150,12 @@ __device__ __forceinline__ void add_dq(const T* dSt, const T* Kj, float* dQacc, 
   const int q_w = warp % kRowGroups * kRows, d0 = warp / kRowGroups * kDims;
   int* turn = dq_turn + (b * p.H + h) * Tr + r0 / Br;
   if constexpr (kDeterministic) {
-    // Wait until key blocks 0 .. j-1 have added their share of dQ_i: the additions happen in the
-    // order j = 0, 1, ..., the same every run. Tasks are numbered as blocks start (task_index),
-    // so the blocks holding j-1, j-2, ... have started and will get here: no hang.
+    // Wait until the key blocks before this one that see query block i (its first .. j-1) have
+    // added their share of dQ_i: the additions happen in key-block order, the same every run.
+    // Tasks are numbered as blocks start (task_index), so the blocks holding j-1, j-2, ... have
+    // started and will get here: no hang.
     if (threadIdx.x == 0)
-      while (load_acquire(turn) != j) {
+      while (load_acquire(turn) != turn_no) {
       }
     __syncthreads();
   }
@@ -175,7 +187,7 @@ __device__ __forceinline__ void add_dq(const T* dSt, const T* Kj, float* dQacc, 
   if constexpr (kDeterministic) {
     __threadfence();  // this block's additions are visible GPU-wide before the turn passes on
     __syncthreads();
-    if (threadIdx.x == 0) store_release(turn, int(j + 1));
+    if (threadIdx.x == 0) store_release(turn, int(turn_no + 1));
   }
 }
 
@@ -201,16 +213,18 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t4 = lane % 4;         // fragment coordinates (ptx.cuh)
   const int kw0 = warp * 16 * kM;                // this warp's first key in the block
-  const float c = scale * 1.4426950408889634f;   // scale log2(e): exp(scale x) = 2^(c x)
+  const bool cap = p.softcap > 0.f;  // (8.2)
 
   const int64_t Tr = (p.N_q + Br - 1) / Br;
-  const int64_t t = task_index<kDeterministic>(dq_turn, p.B * p.H * Tr), G = p.H / p.H_kv, shift = p.N_k - p.N_q;
+  const int64_t t = task_index<kDeterministic>(dq_turn, p.B * p.H * Tr), G = p.H / p.H_kv;
   const int64_t b = t / (p.H_kv * Tc), hk = t / Tc % p.H_kv, j = t % Tc, c0 = j * Bc;
   const int bc = int(min(int64_t(Bc), p.N_k - c0));
   // The steps: every query head of the group (GQA: dK_j, dV_j sum over them) times the query
-  // blocks that see any of these keys (causal: the blocks above the diagonal are skipped whole).
-  const int64_t i_first = p.causal ? max(int64_t(0), c0 - shift) / Br : 0;
-  const int64_t blocks_per_head = max(int64_t(0), Tr - i_first), steps = G * blocks_per_head;
+  // blocks that see any of these keys (bwd_variants.hpp: causal skips the blocks above the
+  // diagonal whole, a window also those its band has passed).
+  const QueryBlocks qb = query_blocks(p, c0, bc, Br);
+  const int64_t i_first = qb.first;
+  const int64_t blocks_per_head = max(int64_t(0), qb.last - i_first), steps = G * blocks_per_head;
   auto step_head = [&](int64_t s) { return hk * G + s / blocks_per_head; };
   auto step_row0 = [&](int64_t s) { return (i_first + s % blocks_per_head) * Br; };
   // Starts the copies of step s's Q_i, dO_i, LSE_i, D_i (line 9) into buffer s % 2. Rows past N_q
@@ -280,34 +294,49 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
         }
       }
 
-      // Mask where needed (keys past N_k, queries past N_q, the causal diagonal): -inf, which
-      // ex2() turns into exactly 0. Key kr sees query qc iff c0 + kr <= r0 + qc + shift.
-      const bool mask = c0 + Bc > p.N_k || r0 + Br > p.N_q || (p.causal && c0 + Bc - 1 > r0 + shift);
+      // Mask where needed (keys past N_k, queries past N_q, a tile an edge of the band crosses:
+      // the causal diagonal, a window's two): -inf, which ex2() turns into exactly 0. Key kr sees
+      // query qc iff band.lo <= kr - qc <= band.hi (bwd_variants.hpp, (8.1)).
+      const BandTile band = band_tile(p, r0, c0, Br, Bc);
+      const bool mask = c0 + Bc > p.N_k || r0 + Br > p.N_q || band.crosses(Br, Bc);
       if (mask) {
-        const int64_t lim64 = r0 + shift - c0;  // visible iff kr - qc <= lim
-        const int lim = p.causal ? int(max(int64_t(-Br - Bc), min(int64_t(Bc), lim64))) : Bc;
         for (int m = 0; m < kM; ++m)
           for (int n = 0; n < kQh / 8; ++n)
             for (int e = 0; e < 4; ++e) {
               const int kr = kw0 + m * 16 + g + e / 2 * 8, qc = q0 + n * 8 + 2 * t4 + e % 2;
-              if (kr >= bc || qc >= br || kr - qc > lim) st[m][n][e] = -INFINITY;
+              if (kr >= bc || qc >= br || !band.sees(kr - qc)) st[m][n][e] = -INFINITY;
             }
       }
 
       // P^T = exp(S^T - LSE_i) = 2^(S^T c - LSE_i log2 e) (line 11) and dS^T = P^T (dP^T - D_i)
-      // (line 14), in place. A row that sees no key has LSE = -inf: +inf instead makes its P
-      // exactly 0 (all its scores are masked: 2^(-inf - inf)), never inf - inf.
-      for (int n = 0; n < kQh / 8; ++n) {
-        const float2 lse = *reinterpret_cast<const float2*>(Li + q0 + n * 8 + 2 * t4);
-        const float2 dd = *reinterpret_cast<const float2*>(Di + q0 + n * 8 + 2 * t4);
-        const float l2[2] = {lse.x == -INFINITY ? INFINITY : lse.x * 1.4426950408889634f,
-                             lse.y == -INFINITY ? INFINITY : lse.y * 1.4426950408889634f};
-        for (int m = 0; m < kM; ++m)
-          for (int e = 0; e < 4; ++e) {
-            st[m][n][e] = ptx::ex2(fmaf(st[m][n][e], c, -l2[e % 2]));
-            dpt[m][n][e] = st[m][n][e] * (dpt[m][n][e] - (e % 2 ? dd.y : dd.x));
-          }
-      }
+      // (line 14), in place; softcap: each unmasked score capped first (capping a masked one would
+      // turn its -inf into -c) and dS^T times its slope (8.2). A row that sees no key has
+      // LSE = -inf: +inf instead makes its P exactly 0 (all its scores are masked:
+      // 2^(-inf - inf)), never inf - inf.
+      // The loop is written once and compiled twice, for the two values of the runtime flag cap:
+      // without a softcap the kernel runs the loop it ran before it had one (with one loop that
+      // tests the flag, ptxas -v showed new spills in gpu_v2 at d = 64 and gpu_v3 at d = 128).
+      // exp(scale x) = 2^(c x) with c = scale log2(e); softcap: S is capped and scaled, c = log2(e).
+      const auto softmax = [&](auto capped) {
+        constexpr bool kCap = decltype(capped)::value;
+        const float c = (kCap ? 1.f : scale) * 1.4426950408889634f;
+        for (int n = 0; n < kQh / 8; ++n) {
+          const float2 lse = *reinterpret_cast<const float2*>(Li + q0 + n * 8 + 2 * t4);
+          const float2 dd = *reinterpret_cast<const float2*>(Di + q0 + n * 8 + 2 * t4);
+          const float l2[2] = {lse.x == -INFINITY ? INFINITY : lse.x * 1.4426950408889634f,
+                               lse.y == -INFINITY ? INFINITY : lse.y * 1.4426950408889634f};
+          for (int m = 0; m < kM; ++m)
+            for (int e = 0; e < 4; ++e) {
+              const float x = st[m][n][e];  // softcap (8.2): S = c tanh(scale x / c), masked (-inf) kept
+              const float S = kCap && x != -INFINITY ? softcap(scale * x, p.softcap) : x;
+              st[m][n][e] = ptx::ex2(fmaf(S, c, -l2[e % 2]));
+              dpt[m][n][e] = st[m][n][e] * (dpt[m][n][e] - (e % 2 ? dd.y : dd.x));
+              if constexpr (kCap) dpt[m][n][e] *= softcap_slope(S, 1.f / p.softcap);
+            }
+        }
+      };
+      if (cap) softmax(std::true_type{});
+      else softmax(std::false_type{});
 
       // dV_j += P^T dO_i (line 12), dK_j += dS^T Q_i (line 16; scale applied at the write). The
       // C fragments of query tiles 2k, 2k+1 are, lane for lane, the A fragment of the 16 x 16
@@ -346,7 +375,7 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
     }
     __syncthreads();  // all of dS^T is in shared memory
 
-    add_dq<T, D, W, Bc, kDeterministic>(dSt, Kj, dQacc, dq_turn, p, b, h, r0, br, Tr, j);
+    add_dq<T, D, W, Bc, kDeterministic>(dSt, Kj, dQacc, dq_turn, p, b, h, r0, br, Tr, j - first_key_block(p, r0, Bc));
   }
 
   // dK_j = scale dK_j, dV_j to HBM, once (line 18); rows past N_k are not written.

@@ -23,8 +23,11 @@
 // Layout, dQacc and supported types as v2; always 8 warps. D = 32, 64, 96, 128 (Bc = 128), 192
 // and 256 (Bc = 64: see Shape). kStages Q_i / dO_i buffers: 2 (the next step's tiles copied while
 // this one computes) or 1 (copy, then compute: the shared memory of D >= 128 on an A100's 163 KiB).
+// The window and the softcap (docs/math.md section 8) as v2's: the steps over the query blocks
+// that see the key block, the band's mask on the tiles it crosses, dS^T times the slope.
 #pragma once
 #include <cstdint>
+#include <type_traits>
 
 #include "bwd_v2_mma.cuh"
 
@@ -82,16 +85,16 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
   const int kr0 = warp % kKeyWarps * 32;        // this warp's 32 keys, in both tilings
   const int qa0 = warp / kKeyWarps * kQw;       // its kQw queries in S^T, dP^T
   const int db0 = warp / kKeyWarps * kDw;       // its kDw dims in dV_j, dK_j
-  const float c = scale * 1.4426950408889634f;  // scale log2(e): exp(scale x) = 2^(c x)
+  const bool cap = p.softcap > 0.f;  // (8.2)
 
   // The task, the steps and their loads: as v2.
   const int64_t Tr = (p.N_q + Br - 1) / Br;
-  const int64_t t = bwd_v2::task_index<kDeterministic>(dq_turn, p.B * p.H * Tr), G = p.H / p.H_kv,
-                shift = p.N_k - p.N_q;
+  const int64_t t = bwd_v2::task_index<kDeterministic>(dq_turn, p.B * p.H * Tr), G = p.H / p.H_kv;
   const int64_t b = t / (p.H_kv * Tc), hk = t / Tc % p.H_kv, j = t % Tc, c0 = j * Bc;
   const int bc = int(min(int64_t(Bc), p.N_k - c0));
-  const int64_t i_first = p.causal ? max(int64_t(0), c0 - shift) / Br : 0;
-  const int64_t blocks_per_head = max(int64_t(0), Tr - i_first), steps = G * blocks_per_head;
+  const QueryBlocks qb = query_blocks(p, c0, bc, Br);
+  const int64_t i_first = qb.first;
+  const int64_t blocks_per_head = max(int64_t(0), qb.last - i_first), steps = G * blocks_per_head;
   auto step_head = [&](int64_t s) { return hk * G + s / blocks_per_head; };
   auto step_row0 = [&](int64_t s) { return (i_first + s % blocks_per_head) * Br; };
   auto load_step = [&](int64_t s) {
@@ -156,29 +159,42 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
           }
         }
       }
-      // Mask, P^T = exp(S^T - LSE_i), dS^T = P^T (dP^T - D_i) (lines 11, 14): as v2.
-      const bool mask = c0 + Bc > p.N_k || r0 + Br > p.N_q || (p.causal && c0 + Bc - 1 > r0 + shift);
+      // Mask, softcap, P^T = exp(S^T - LSE_i), dS^T = P^T (dP^T - D_i) (lines 11, 14; softcap:
+      // times its slope): as v2.
+      const BandTile band = band_tile(p, r0, c0, Br, Bc);
+      const bool mask = c0 + Bc > p.N_k || r0 + Br > p.N_q || band.crosses(Br, Bc);
       if (mask) {
-        const int64_t lim64 = r0 + shift - c0;
-        const int lim = p.causal ? int(max(int64_t(-Br - Bc), min(int64_t(Bc), lim64))) : Bc;
         for (int m = 0; m < 2; ++m)
           for (int n = 0; n < kQw / 8; ++n)
             for (int e = 0; e < 4; ++e) {
               const int kr = kr0 + m * 16 + g + e / 2 * 8, qc = qa0 + n * 8 + 2 * t4 + e % 2;
-              if (kr >= bc || qc >= br || kr - qc > lim) st[m][n][e] = -INFINITY;
+              if (kr >= bc || qc >= br || !band.sees(kr - qc)) st[m][n][e] = -INFINITY;
             }
       }
-      for (int n = 0; n < kQw / 8; ++n) {
-        const float2 lse = *reinterpret_cast<const float2*>(Li + qa0 + n * 8 + 2 * t4);
-        const float2 dd = *reinterpret_cast<const float2*>(Di + qa0 + n * 8 + 2 * t4);
-        const float l2[2] = {lse.x == -INFINITY ? INFINITY : lse.x * 1.4426950408889634f,
-                             lse.y == -INFINITY ? INFINITY : lse.y * 1.4426950408889634f};
-        for (int m = 0; m < 2; ++m)
-          for (int e = 0; e < 4; ++e) {
-            st[m][n][e] = ptx::ex2(fmaf(st[m][n][e], c, -l2[e % 2]));
-            dpt[m][n][e] = st[m][n][e] * (dpt[m][n][e] - (e % 2 ? dd.y : dd.x));
-          }
-      }
+      // The loop is written once and compiled twice, for the two values of the runtime flag cap:
+      // without a softcap the kernel runs the loop it ran before it had one (with one loop that
+      // tests the flag, ptxas -v showed new spills in gpu_v2 at d = 64 and gpu_v3 at d = 128).
+      // exp(scale x) = 2^(c x) with c = scale log2(e); softcap: S is capped and scaled, c = log2(e).
+      const auto softmax = [&](auto capped) {
+        constexpr bool kCap = decltype(capped)::value;
+        const float c = (kCap ? 1.f : scale) * 1.4426950408889634f;
+        for (int n = 0; n < kQw / 8; ++n) {
+          const float2 lse = *reinterpret_cast<const float2*>(Li + qa0 + n * 8 + 2 * t4);
+          const float2 dd = *reinterpret_cast<const float2*>(Di + qa0 + n * 8 + 2 * t4);
+          const float l2[2] = {lse.x == -INFINITY ? INFINITY : lse.x * 1.4426950408889634f,
+                               lse.y == -INFINITY ? INFINITY : lse.y * 1.4426950408889634f};
+          for (int m = 0; m < 2; ++m)
+            for (int e = 0; e < 4; ++e) {
+              const float x = st[m][n][e];  // softcap (8.2): S = c tanh(scale x / c), masked (-inf) kept
+              const float S = kCap && x != -INFINITY ? softcap(scale * x, p.softcap) : x;
+              st[m][n][e] = ptx::ex2(fmaf(S, c, -l2[e % 2]));
+              dpt[m][n][e] = st[m][n][e] * (dpt[m][n][e] - (e % 2 ? dd.y : dd.x));
+              if constexpr (kCap) dpt[m][n][e] *= softcap_slope(S, 1.f / p.softcap);
+            }
+        }
+      };
+      if (cap) softmax(std::true_type{});
+      else softmax(std::false_type{});
       // P^T and dS^T to shared memory in 16 bits (row = key; the pitch Br + 8 puts the 32 lanes
       // of each 4-byte store in 32 different banks).
       for (int m = 0; m < 2; ++m)
@@ -217,7 +233,8 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
 
     // dQ_i += dS K_j (line 15): v2's step, unchanged (it only reads dS^T and K_j, so it needs no
     // barrier after the second tiling).
-    bwd_v2::add_dq<T, D, kWarps, Bc, kDeterministic>(dSt, Kj, dQacc, dq_turn, p, b, h, r0, br, Tr, j);
+    bwd_v2::add_dq<T, D, kWarps, Bc, kDeterministic>(dSt, Kj, dQacc, dq_turn, p, b, h, r0, br, Tr,
+                                                     j - first_key_block(p, r0, Bc));
   }
 
   // dK_j = scale dK_j, dV_j to HBM, once (line 18), from the second tiling.

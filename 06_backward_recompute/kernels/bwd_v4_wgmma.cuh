@@ -37,7 +37,9 @@
 //   dQ_i[:, 64w .. 64w + 63] += dS K_j[:, 64w .. 64w + 63]   (8 wgmma: A = dS, B = K_j, both in smem)
 //
 // Layout, dQacc and the deterministic variant as v2; T = __half or __nv_bfloat16, D = 128 only
-// (at d = 64, v2's 32-keys-a-warp shape runs), sm_90a only (elsewhere the runner runs v3).
+// (at d = 64, v2's 32-keys-a-warp shape runs), sm_90a only (elsewhere the runner runs v3). The
+// window and the softcap (docs/math.md section 8) as v2's; P^T is packed into dV's A registers
+// before dP^T is done, so the softcap's slope joins P^T there, in the registers dS^T then reads.
 #pragma once
 #include <cstdint>
 
@@ -100,17 +102,19 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
   const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
   const int g = lane / 4, t4 = lane % 4;        // fragment coordinates (ptx.cuh)
   const int kw = wg * 64 + warp * 16;           // this warp's 16 keys: rows g and g + 8 of them
-  const float c = scale * 1.4426950408889634f;  // scale log2(e): exp(scale x) = 2^(c x)
+  // exp(scale x) = 2^(c x) with c = scale log2(e); softcap: S is capped and scaled, c = log2(e).
+  const bool cap = p.softcap > 0.f;
+  const float c = (cap ? 1.f : scale) * 1.4426950408889634f;
   const auto desc = [](const T* tile) { return ptx::smem_desc_sw128(tile); };
 
   // The task, the steps and their loads: as v3, into swizzled tiles.
   const int64_t Tr = (p.N_q + Br - 1) / Br;
-  const int64_t t = bwd_v2::task_index<kDeterministic>(dq_turn, p.B * p.H * Tr), G = p.H / p.H_kv,
-                shift = p.N_k - p.N_q;
+  const int64_t t = bwd_v2::task_index<kDeterministic>(dq_turn, p.B * p.H * Tr), G = p.H / p.H_kv;
   const int64_t b = t / (p.H_kv * Tc), hk = t / Tc % p.H_kv, j = t % Tc, c0 = j * Bc;
   const int bc = int(min(int64_t(Bc), p.N_k - c0));
-  const int64_t i_first = p.causal ? max(int64_t(0), c0 - shift) / Br : 0;
-  const int64_t blocks_per_head = max(int64_t(0), Tr - i_first), steps = G * blocks_per_head;
+  const QueryBlocks qb = query_blocks(p, c0, bc, Br);
+  const int64_t i_first = qb.first;
+  const int64_t blocks_per_head = max(int64_t(0), qb.last - i_first), steps = G * blocks_per_head;
   auto step_head = [&](int64_t s) { return hk * G + s / blocks_per_head; };
   auto step_row0 = [&](int64_t s) { return (i_first + s % blocks_per_head) * Br; };
   auto load_step = [&](int64_t s) {
@@ -167,26 +171,21 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
     ptx::wgmma_wait<1>();  // S^T is done; dP^T may still run
     ptx::wgmma_pin(st);
 
-    // Mask and P^T = exp(S^T - LSE_i) (line 11): v3's, per accumulator element.
-    const bool mask = c0 + Bc > p.N_k || r0 + Br > p.N_q || (p.causal && c0 + Bc - 1 > r0 + shift);
+    // Mask, softcap and P^T = exp(S^T - LSE_i) (line 11): v3's, per accumulator element.
+    const BandTile band = band_tile(p, r0, c0, Br, Bc);
+    const bool mask = c0 + Bc > p.N_k || r0 + Br > p.N_q || band.crosses(Br, Bc);
     if (mask) {
-      const int64_t lim64 = r0 + shift - c0;
-      const int lim = p.causal ? int(max(int64_t(-Br - Bc), min(int64_t(Bc), lim64))) : Bc;
       for (int n = 0; n < 8; ++n)
         for (int e = 0; e < 4; ++e) {
           const int kr = kw + g + e / 2 * 8, qc = n * 8 + 2 * t4 + e % 2;
-          if (kr >= bc || qc >= br || kr - qc > lim) st[n][e] = -INFINITY;
+          if (kr >= bc || qc >= br || !band.sees(kr - qc)) st[n][e] = -INFINITY;
         }
-    }
-    for (int n = 0; n < 8; ++n) {
-      const float2 lse = *reinterpret_cast<const float2*>(Li + n * 8 + 2 * t4);
-      const float l2[2] = {lse.x == -INFINITY ? INFINITY : lse.x * 1.4426950408889634f,
-                           lse.y == -INFINITY ? INFINITY : lse.y * 1.4426950408889634f};
-      for (int e = 0; e < 4; ++e) st[n][e] = ptx::ex2(fmaf(st[n][e], c, -l2[e % 2]));
     }
     // dV_j += P^T dO_i (line 12): the accumulators of query tiles 2k, 2k+1 are, lane for lane, the
     // A registers of query step k; B = dO_i with the query as k, MN-major (as V_j in the forward:
-    // each of its 16 k-rows is a 64-element row of the slab).
+    // each of its 16 k-rows is a 64-element row of the slab). P^T goes into them as it is made;
+    // with a softcap st then keeps P^T times the slope of the capped S^T (8.2), the factor dS^T
+    // needs below, so that no register holds the slopes apart.
     uint32_t pa[Br / 16][4], sa[Br / 16][4];
     const auto pack = [](uint32_t(&a)[Br / 16][4], const float(&x)[8][4]) {
       for (int k = 0; k < Br / 16; ++k) {
@@ -195,7 +194,20 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
         a[k][3] = ptx::pack2<T>(x[2 * k + 1][2], x[2 * k + 1][3]);
       }
     };
-    pack(pa, st);
+    for (int n = 0; n < 8; ++n) {
+      const float2 lse = *reinterpret_cast<const float2*>(Li + n * 8 + 2 * t4);
+      const float l2[2] = {lse.x == -INFINITY ? INFINITY : lse.x * 1.4426950408889634f,
+                           lse.y == -INFINITY ? INFINITY : lse.y * 1.4426950408889634f};
+      float P[4];
+      float S[4];  // softcap (8.2): S = c tanh(scale x / c), masked (-inf) kept
+      for (int e = 0; e < 4; ++e) {
+        S[e] = cap && st[n][e] != -INFINITY ? softcap(scale * st[n][e], p.softcap) : st[n][e];
+        P[e] = ptx::ex2(fmaf(S[e], c, -l2[e % 2]));
+      }
+      // pack(pa, st)'s registers of query tile n (k = n / 2, the pair 2 (n % 2), 2 (n % 2) + 1).
+      pa[n / 2][2 * (n % 2)] = ptx::pack2<T>(P[0], P[1]), pa[n / 2][2 * (n % 2) + 1] = ptx::pack2<T>(P[2], P[3]);
+      for (int e = 0; e < 4; ++e) st[n][e] = cap ? P[e] * softcap_slope(S[e], 1.f / p.softcap) : P[e];
+    }
     for (int sl = 0; sl < D / 64; ++sl) ptx::wgmma_pin(dv[sl]);
     for (int k = 0; k < Br / 16; ++k) ptx::wgmma_pin(pa[k]);
     ptx::wgmma_fence();
@@ -206,8 +218,9 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
     ptx::wgmma_wait<1>();  // dP^T is done; dV's product may still run
     ptx::wgmma_pin(dpt);
 
-    // dS^T = P^T (dP^T - D_i) (line 14), into dK's A registers and, swizzled [key][query], into
-    // shared memory for dQ (a 4-byte store: the 8 rows x 4 lanes fall in 32 different banks).
+    // dS^T = P^T (dP^T - D_i) (line 14; softcap: st holds P^T times the slope), into dK's A
+    // registers and, swizzled [key][query], into shared memory for dQ (a 4-byte store: the 8 rows
+    // x 4 lanes fall in 32 different banks).
     for (int n = 0; n < 8; ++n) {
       const float2 dd = *reinterpret_cast<const float2*>(Di + n * 8 + 2 * t4);
       for (int e = 0; e < 4; ++e) dpt[n][e] = st[n][e] * (dpt[n][e] - (e % 2 ? dd.y : dd.x));
@@ -238,9 +251,11 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
       ptx::wgmma_m64n64k16_ss<T, /*kTransA*/ 1, /*kTransB*/ 1>(dq, desc(dSt + k * 16 * 64), desc(Ks + wg * Bc * 64 + k * 16 * 64));
     ptx::wgmma_commit();
     [[maybe_unused]] int* turn = dq_turn + (b * p.H + h) * Tr + r0 / Br;
-    if constexpr (kDeterministic) {  // wait for key blocks 0 .. j-1 (bwd_v2::add_dq says why this cannot hang)
+    // This key block's turn among those that see query block i (bwd_v2::add_dq).
+    [[maybe_unused]] const int64_t turn_no = j - first_key_block(p, r0, Bc);
+    if constexpr (kDeterministic) {  // wait for the key blocks before j (bwd_v2::add_dq says why this cannot hang)
       if (threadIdx.x == 0)
-        while (bwd_v2::load_acquire(turn) != j) {
+        while (bwd_v2::load_acquire(turn) != turn_no) {
         }
     }
     ptx::wgmma_wait<0>();  // every product of the step is done
@@ -252,7 +267,7 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
     if constexpr (kDeterministic) {
       __threadfence();  // this block's additions are visible GPU-wide before the turn passes on
       __syncthreads();
-      if (threadIdx.x == 0) bwd_v2::store_release(turn, int(j + 1));
+      if (threadIdx.x == 0) bwd_v2::store_release(turn, int(turn_no + 1));
     }
   }
 
