@@ -88,6 +88,11 @@ def main():
     fa, dev = gpu
     rows = []
 
+    def save(rows):
+        json.dump({"date": time.strftime("%Y-%m-%d"), "device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                   "command": "python3 tools/variant_bench.py " + " ".join(sys.argv[1:]), "rows": rows},
+                  open(a.json, "w"), indent=1)
+
     def record(what, name, B, H, N, d, causal, left, softcap, fn, ref=None):
         try:
             o = fn()
@@ -134,9 +139,7 @@ def main():
                 record("softcap", f"fa05 {a.kernel}", B, H, N, d, causal, -1, 30.0, lambda c=causal: ours(c, -1, 30.0))
             del q, k, v
             torch.cuda.empty_cache()
-    json.dump({"date": time.strftime("%Y-%m-%d"), "device": torch.cuda.get_device_name(), "torch": torch.__version__,
-               "command": "python3 tools/variant_bench.py " + " ".join(sys.argv[1:]), "rows": rows},
-              open(a.json, "w"), indent=1)
+            save(rows)  # after every shape: a run cut short by a time limit keeps what it measured
     print("wrote", a.json)
 
 
