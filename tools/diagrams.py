@@ -12,6 +12,8 @@ drawn from the structure of the code it explains; the numbers in them are the co
                                        combine kernel's merge, and a block table
   diagram_ring_attention.png           stage 07: Q shards fixed, K/V shards rotating, the merge in
                                        LSE form, causal work per rank and step (contiguous, zigzag)
+  diagram_variants_band.png            docs/variants.md: a sliding window's band on the Q-block x
+                                       KV-block grid (v13's blocks: skipped, masked, full)
 
 Timelines (v3, v12) use schematic durations: the order of the steps and every wait follow the
 kernels; the lengths do not come from a measurement.
@@ -941,6 +943,115 @@ def ring_attention(out):
     save(fig, out, "diagram_ring_attention.png")
 
 
+# ---- 10. docs/variants.md: a sliding window's band on the block grid ------------------------
+def variants_band(out):
+    # A toy problem at the scale of the picture: N_q = N_k = 96, Br = Bc = 8 (T = 12 blocks each way),
+    # causal with a window of w = 36 keys back (row i sees keys i - 36 ... i, problem.hpp's
+    # key_range()). The blocks are classified by v13's rule (Tile::j0, the mask in softmax()):
+    # a tile reads the key blocks j0 = key_begin(r0) / Bc ... ceil(key_end(last row) / Bc) - 1 and
+    # masks a block that ends past its first row's key_end or starts before its last row's key_begin.
+    T, Br, w = 12, 8, 36
+    Bc, N = Br, T * Br
+
+    def key_range(i):  # AttnProblem::key_range for N_q = N_k = N, causal, window (w, 0)
+        return max(0, i - w), min(N, i + 1)
+
+    kinds = {}  # (query block, key block) -> "full" | "mask" | "skip"
+    for qb in range(T):
+        r0 = qb * Br
+        j0, end = key_range(r0)[0] // Bc, -(-key_range(r0 + Br - 1)[1] // Bc)
+        for kb in range(T):
+            c0 = kb * Bc
+            if not j0 <= kb < end:
+                kinds[qb, kb] = "skip"
+            elif c0 + Bc > key_range(r0)[1] or c0 < key_range(r0 + Br - 1)[0]:
+                kinds[qb, kb] = "mask"
+            else:
+                kinds[qb, kb] = "full"
+    n_full = sum(k == "full" for k in kinds.values())
+    n_mask = sum(k == "mask" for k in kinds.values())
+    n_skip = sum(k == "skip" for k in kinds.values())
+    n_causal = T * (T + 1) // 2  # blocks full causal reads
+    pairs = sum(key_range(i)[1] - key_range(i)[0] for i in range(N))
+    assert (n_full, n_mask, n_skip) == (30, 27, 87) and pairs == 2886, (n_full, n_mask, n_skip, pairs)
+
+    fig, ax = canvas(6.6, (0, 18), (0, 13.2), "A sliding window on the block grid: one band of key "
+                     "blocks per query block")
+    cs = 0.8
+    gx, gy = 1.3, 1.3
+    top = gy + T * cs
+    ex = cs / Br  # one element (key or row) in plot units
+
+    def xy(key, row):  # an element's corner: key along x, query row down from the top
+        return gx + key * ex, top - row * ex
+
+    # The keys outside the band, as two staircases at element level: right of row i's key i (the
+    # causal diagonal) and left of its key i - w. Hatched where they fall in a loaded block.
+    right = [xy(N, 0)] + [p for i in range(N) for p in (xy(i + 1, i), xy(i + 1, i + 1))]
+    left = [xy(0, w + 1)] + [p for i in range(w + 1, N) for p in (xy(i - w, i), xy(i - w, i + 1))] + [xy(0, N)]
+    outside = [Polygon(right, closed=True), Polygon(left, closed=True)]
+    for (qb, kb), kind in kinds.items():
+        x, y = gx + kb * cs, top - (qb + 1) * cs
+        if kind == "skip":
+            box(ax, x, y, cs, cs, fc=SKIP_C, ec="white", lw=1.5)
+            continue
+        box(ax, x, y, cs, cs, fc=tint(OK_C, 0.35), ec="white", lw=1.5)
+        if kind == "mask":
+            for region in outside:
+                r = Rectangle((x, y), cs, cs, facecolor=tint(MASK_C, 0.45), edgecolor="white", linewidth=0.8,
+                              hatch="///")
+                ax.add_patch(r)
+                r.set_clip_path(Polygon(region.get_xy(), closed=True, transform=ax.transData))
+    ax.plot(*zip(*right[1:]), color=MASK_C, lw=1.0)
+    ax.plot(*zip(*left[1:-1]), color=MASK_C, lw=1.0)
+    for k in range(T):
+        ax.text(gx - 0.12, top - (k + 0.5) * cs, f"i={k}", ha="right", va="center", fontsize=8, color=Q_C)
+        ax.text(gx + (k + 0.5) * cs, top + 0.12, f"{k}", ha="center", va="bottom", fontsize=8, color=KV_C)
+    ax.text(gx + T * cs / 2, top + 0.55, "key blocks j (Bc keys each)", ha="center", fontsize=10, color=KV_C)
+    ax.text(gx - 1.0, top - T * cs / 2, "query blocks i (Br rows each)", rotation=90, ha="center",
+            va="center", fontsize=10, color=Q_C)
+    ax.text(gx + T * cs / 2, gy - 0.3, f"drawn: N_q = N_k = {N}, Br = Bc = {Br}, causal, window ({w}, 0)",
+            ha="center", va="top", fontsize=9, color=MUTED)
+    # Query block 8's keys: from its first row's key_begin to its last row's key_end.
+    qb = 8
+    r0 = qb * Br
+    kf, kn = key_range(r0)[0], key_range(r0 + Br - 1)[1]
+    yk = top - (qb + 0.5) * cs
+    arrow(ax, xy(kf, 0)[0], yk, xy(kn, 0)[0], yk, color=INK, lw=1.3, style="|-|", ms=4)
+    ax.text(xy(kn, 0)[0] + 0.12, yk, "block i = 8 reads keys\nkey_begin(r0) ... key_end(r0 + Br - 1)",
+            ha="left", va="center", fontsize=8, fontweight="bold",
+            bbox=dict(facecolor="white", edgecolor="none", pad=1))
+
+    # Legend, counts and the rule.
+    lx, ly = 11.4, 11.4
+    items = [
+        (tint(OK_C, 0.35), None, f"inside the band, no mask: {n_full}"),
+        (tint(MASK_C, 0.45), "///", f"an edge crosses it: loaded, masked: {n_mask}"),
+        (SKIP_C, None, f"outside the band: never loaded: {n_skip}"),
+    ]
+    for k, (fc, hatch, label) in enumerate(items):
+        y = ly - k * 0.7
+        ax.add_patch(Rectangle((lx, y), 0.45, 0.45, facecolor=fc, edgecolor=MUTED, linewidth=0.6, hatch=hatch))
+        ax.text(lx + 0.65, y + 0.22, label, va="center", fontsize=9)
+    ax.text(lx, 9.0, "Row i sees keys i + N_k - N_q - left ...\ni + N_k - N_q + right (math.md (8.1)). "
+            "Both ends\nrise with i, so a query block sees ONE range\nof keys: from its first row's "
+            "begin to its\nlast row's end.", fontsize=9, va="top")
+    ax.text(lx, 6.85, "Key blocks read:", fontsize=10, fontweight="bold", va="top")
+    bw = 3.6
+    for k, (label, n, c) in enumerate([("not causal", T * T, KV_C), ("causal", n_causal, OK_C),
+                                       (f"causal, window {w}", n_full + n_mask, MASK_C)]):
+        y = 5.75 - k * 0.7
+        box(ax, lx, y, bw * n / (T * T), 0.5, fc=tint(c, 0.3), ec="none")
+        ax.text(lx + bw * n / (T * T) + 0.12, y + 0.25, f"{label}: {n}", va="center", fontsize=9)
+    ax.text(lx, 3.55, f"A query block reads about (w + Br) / Bc + 1\nkey blocks, whatever N is: the "
+            f"work grows\nas N (w + Br), not N\u00b2. Pairs the mask\nkeeps here: {pairs} of {N * N}.",
+            fontsize=9, va="top")
+    ax.text(lx, 1.5, "v13 reads whole blocks from j0 = key_begin(r0) / Bc\n(TMA); stage 04 and v1 start "
+            "their first block at\nkey_begin(r0) itself: no key left of the band is read.", fontsize=8,
+            va="top", color=MUTED)
+    save(fig, out, "diagram_variants_band.png")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "img"))
@@ -958,6 +1069,7 @@ def main():
         "diagram_backward_loop.png": backward_loop,
         "diagram_decode_split_kv.png": decode_split_kv,
         "diagram_ring_attention.png": ring_attention,
+        "diagram_variants_band.png": variants_band,
     }
     if args.only and args.only not in drawings:
         ap.error(f"--only: expected one of {', '.join(drawings)}, found {args.only}")
