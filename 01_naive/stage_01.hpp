@@ -25,23 +25,33 @@ inline std::string naive_softmax_diagnosis(const fa::Inputs& in) {
   const double ln_zero = std::log(std::ldexp(1.0, -150));                     // -103.97: exp rounds to 0
   double top = -INFINITY, lowest_row = INFINITY;  // the largest logit; the smallest row max
   int64_t rows_low = 0, rows_zero = 0;
-  for (int64_t b = 0; b < p.B; ++b)
-    for (int64_t h = 0; h < p.H; ++h)
-      for (int64_t i = 0; i < p.N_q; ++i) {
-        double row = -INFINITY;
-        for (int64_t j = p.key_begin(i); j < p.key_end(i); ++j) {
-          const float* q = in.Q.ptr() + p.q_offset(b, h, i);
-          const float* k = in.K.ptr() + p.kv_offset(b, h, j);
-          double s = 0;
-          for (int64_t c = 0; c < p.d; ++c) s += double(q[c]) * double(k[c]);
-          row = std::max(row, p.capped(scale * s));  // a softcap keeps every logit below c
+  // One problem's logits (a packed batch: one sequence's, as its own B = 1 problem on its rows).
+  const auto scan = [&](const fa::AttnProblem& pb, const float* Q, const float* K) {
+    for (int64_t b = 0; b < pb.B; ++b)
+      for (int64_t h = 0; h < pb.H; ++h)
+        for (int64_t i = 0; i < pb.N_q; ++i) {
+          double row = -INFINITY;
+          for (int64_t j = pb.key_begin(i); j < pb.key_end(i); ++j) {
+            const float* q = Q + pb.q_offset(b, h, i);
+            const float* k = K + pb.kv_offset(b, h, j);
+            double s = 0;
+            for (int64_t c = 0; c < pb.d; ++c) s += double(q[c]) * double(k[c]);
+            row = std::max(row, pb.capped(scale * s));  // a softcap keeps every logit below c
+          }
+          if (pb.keys_seen(i) == 0) continue;  // a row that sees no key: O = 0 by definition
+          top = std::max(top, row);
+          lowest_row = std::min(lowest_row, row);
+          rows_low += row < ln_min;
+          rows_zero += row < ln_zero;
         }
-        if (p.keys_seen(i) == 0) continue;  // a row that sees no key: O = 0 by definition
-        top = std::max(top, row);
-        lowest_row = std::min(lowest_row, row);
-        rows_low += row < ln_min;
-        rows_zero += row < ln_zero;
-      }
+  };
+  if (!in.varlen.any()) {
+    scan(p, in.Q.ptr(), in.K.ptr());
+  } else {
+    for (int64_t b = 0; b < in.varlen.batch(); ++b)
+      scan(fa::sequence_problem(p, in.varlen, b), in.Q.ptr() + int64_t(in.varlen.cu_q[b]) * p.H * p.d,
+           in.K.ptr() + int64_t(in.varlen.cu_k[b]) * p.H_kv * p.d);
+  }
   std::ostringstream out;
   char buf[64];
   if (top > ln_max) {
