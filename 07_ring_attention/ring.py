@@ -45,7 +45,7 @@ import torch
 import torch.distributed as dist
 
 import fa_course
-from fa_course._op import MAX_HEAD_DIM  # the op's widest head dim (a constant, read not changed)
+from fa_course._op import MAX_HEAD_DIM, _valid_scale  # the op's widest head dim and its scale rule (read, not changed)
 
 LAYOUTS = ("zigzag", "contiguous")
 
@@ -297,7 +297,9 @@ def _describe(q, k, v, causal, scale, layout, kernel):
         else:
             row += [-1] * 7
     row.append({True: 1, False: 0}.get(causal, -1) if isinstance(causal, bool) else -1)
-    row.append(-1.0 if scale is None else float(scale) if isinstance(scale, numbers.Real) and not
+    # (NaN as -3: NaN != NaN would make equal scales look different across ranks.)
+    row.append(-1.0 if scale is None else -3.0 if isinstance(scale, numbers.Real) and not isinstance(scale, bool)
+               and math.isnan(scale) else float(scale) if isinstance(scale, numbers.Real) and not
                isinstance(scale, bool) else -2.0)
     row.append(LAYOUTS.index(layout) if layout in LAYOUTS else -1)
     row.append(zlib.crc32(kernel.encode()) if isinstance(kernel, str) else -1)
@@ -364,9 +366,11 @@ def _check(q, k, v, causal, scale, layout, group, kernel):
     _check_layout(layout)
     if not isinstance(causal, bool):
         raise TypeError(f"causal: expected True or False, found {causal!r}")
-    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, numbers.Real)
-                              or not math.isfinite(scale) or scale <= 0):
-        raise ValueError(f"scale: expected a finite number > 0, or None for 1/sqrt(d), found {scale!r}")
+    # The op's own rule (a normal float32 > 0), checked here before any hop is posted: a scale the
+    # op refused inside the ring would leave the first hop's send and receive hanging.
+    if scale is not None and not _valid_scale(scale):
+        raise ValueError(f"scale: expected a normal float32 > 0 (1.1754944e-38 ... 3.4028235e38), or None for "
+                         f"1/sqrt(d), found {scale!r}")
     if not (q.device == k.device == v.device) or not (q.dtype == k.dtype == v.dtype):
         raise ValueError(f"q, k, v: expected one device and one dtype, found {_shown(q)}, {_shown(k)}, {_shown(v)}")
     B, H, n, d = q.shape
@@ -394,6 +398,8 @@ def _check(q, k, v, causal, scale, layout, group, kernel):
                             f"{q.dtype} with {backend}")
     else:
         raise ValueError(f"q: expected a cpu or cuda tensor, found {q.device}")
+    if not isinstance(kernel, str):
+        raise TypeError(f"kernel: expected a name, found {type(kernel).__name__}")
     fa_course.kernels_for(q.device, q.dtype, d, kernel)  # a kernel name the device does not run
 
 

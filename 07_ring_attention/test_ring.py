@@ -132,6 +132,13 @@ def bad_setups(rank, world, fail):
                      lambda: att(torch.randn(1, 3, 12, 8), x, x)),
         expect_error(fail, "unknown layout", ValueError, ["layout:", "zigzag, contiguous"],
                      lambda: att(x, x, x, layout="striped")),
+        # A scale the op would refuse inside the ring (its hops already posted): refused first.
+        expect_error(fail, "scale below float32's normal range", ValueError, ["scale:", "normal float32", "1e-45"],
+                     lambda: att(x, x, x, scale=1e-45)),
+        expect_error(fail, "NaN scale", ValueError, ["scale:", "normal float32", "nan"],
+                     lambda: att(x, x, x, scale=float("nan"))),
+        expect_error(fail, "a kernel that is not a name", TypeError, ["kernel:", "int"],
+                     lambda: att(x, x, x, kernel=7)),
         expect_error(fail, "N not divisible", ValueError, ["N:", f"divisible by {2 * world}", "found 30"],
                      lambda: ring.shard(torch.randn(1, 1, 30, 4), rank, world, "zigzag")),
     ]
