@@ -301,7 +301,7 @@ Inputs make_inputs(const CliFlags& f) {
     if (f.q.empty()) return random_varlen_inputs(varlen_template(f), v, f.seed);
     Inputs in = load_varlen_inputs(f.q, f.k, f.v, f.p.causal, f.p.scale, std::move(v), f.cu_q, f.cu_k);
     apply_variants(f, in.p);
-    validate(in.p);
+    validate_varlen_problem(in.p, in.varlen);
     return in;
   }
   if (cache_flag_given(f).empty()) return plain_inputs(f);

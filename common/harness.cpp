@@ -213,7 +213,7 @@ Inputs random_varlen_inputs(const AttnProblem& p, const VarlenHost& v, uint64_t 
   validate_varlen(v);
   Inputs in;
   in.p = varlen_problem(p, v);
-  validate(in.p);
+  validate_varlen_problem(in.p, v);
   in.varlen = v;
   check_memory(estimate_varlen_run_bytes(in.p, v, 0, false, false), "--cu-seqlens-q/--cu-seqlens-k",
                "Q, K, V, O and LSE");
@@ -262,7 +262,7 @@ Inputs load_varlen_inputs(const std::string& q, const std::string& k, const std:
   AttnProblem p = make_problem(1, sq[1], sk[1], 1, 1, sq[2], causal);
   p.scale = scale;
   in.p = varlen_problem(p, cu);
-  validate(in.p);
+  validate_varlen_problem(in.p, cu);
   in.varlen = std::move(cu);
   check_float32_range(in);
   in.source = q + ", " + k + ", " + v + " (a packed batch of " + std::to_string(in.varlen.batch()) + " sequences)";

@@ -41,6 +41,26 @@ AttnProblem sequence_problem(const AttnProblem& p, const VarlenHost& v, int64_t 
   return s;
 }
 
+void validate_varlen_problem(const AttnProblem& p, const VarlenHost& v) {
+  AttnProblem one = p;  // everything but the sizes, on a problem of one token
+  one.B = 1, one.N_q = 1, one.N_k = 1;
+  validate(one);
+  const int64_t limit = int64_t(1) << 40;
+  for (int64_t b = 0; b < v.batch(); ++b) {
+    const int64_t nq = std::max<int64_t>(1, v.n_q(b)), nk = std::max<int64_t>(1, v.n_k(b));
+    const double scores = double(p.H) * double(nq) * double(nk);
+    if (scores > double(limit))
+      throw InputError("--cu-seqlens-q/--cu-seqlens-k", "sequences of H*N_q*N_k at most 2^40 scores",
+                       "sequence " + std::to_string(b) + ": H=" + std::to_string(p.H) + " N_q=" + std::to_string(v.n_q(b)) +
+                           " N_k=" + std::to_string(v.n_k(b)));
+  }
+  if (double(v.total_q()) * double(p.H) * double(p.d) > double(limit) ||
+      double(v.total_k()) * double(p.H_kv) * double(p.d) > double(limit))
+    throw InputError("--cu-seqlens-q/--cu-seqlens-k", "total_q*H*d and total_k*H_kv*d at most 2^40",
+                     "total_q=" + std::to_string(v.total_q()) + " total_k=" + std::to_string(v.total_k()) +
+                         " H=" + std::to_string(p.H) + " H_kv=" + std::to_string(p.H_kv) + " d=" + std::to_string(p.d));
+}
+
 AttnProblem varlen_problem(const AttnProblem& p, const VarlenHost& v) {
   AttnProblem s = p;
   s.B = v.batch();

@@ -60,6 +60,12 @@ void validate_varlen(const VarlenHost& v);
 // them). Needs N_q(b), N_k(b) >= 1 to be a valid problem (validate()).
 AttnProblem sequence_problem(const AttnProblem& p, const VarlenHost& v, int64_t b);
 
+// validate() for a packed batch described by p = varlen_problem(): the heads, head dim, scale and
+// variants as validate() checks them, the size limits per sequence (each sequence is the problem a
+// stage runs, not the padded batch: B N_max^2 may pass 2^40 where no sequence's work does) and
+// the packed tensors' totals. Throws InputError naming --cu-seqlens-q/-k for a size.
+void validate_varlen_problem(const AttnProblem& p, const VarlenHost& v);
+
 // The batch as the harness describes it (Inputs::p): p's heads, head dim, masks, scale, softcap;
 // B = the number of sequences, N_q and N_k the longest sequence's: the padded [B, H, N_q, d]
 // problem a packed batch avoids (its describe() and its sizes bound the batch's).
