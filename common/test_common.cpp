@@ -621,6 +621,26 @@ TEST_CASE("kv cache program: lengths and pages from the flags, checked against r
 
 // ---- Packed variable-length batches (common/varlen.hpp) ----
 
+// The size limits bound each sequence, not the padded batch: one long sequence beside many short
+// ones is a valid batch (its padded B N_max^2 is not), a sequence past 2^40 scores is not.
+TEST_CASE("varlen: validate_varlen_problem bounds each sequence, not the padded batch") {
+  fa::VarlenHost v;
+  v.cu_q = {0, 65536};
+  for (int32_t t = 65537; t <= 65792; ++t) v.cu_q.push_back(t);
+  v.cu_k = v.cu_q;
+  const fa::AttnProblem p = fa::varlen_problem(fa::make_problem(1, 1, 1, 1, 1, 16, false), v);
+  CHECK_THROWS_AS(fa::validate(p), fa::InputError);  // the padded 257 x 65536 x 65536
+  CHECK_NOTHROW(fa::validate_varlen_problem(p, v));
+  fa::VarlenHost big;
+  big.cu_q = big.cu_k = {0, 2147483647};
+  const fa::AttnProblem pb = fa::varlen_problem(fa::make_problem(1, 1, 1, 1, 1, 16, false), big);
+  CHECK_THROWS_WITH_AS(fa::validate_varlen_problem(pb, big), doctest::Contains("--cu-seqlens-q/--cu-seqlens-k"),
+                       fa::InputError);
+  fa::AttnProblem bad = p;
+  bad.window_left = -2;  // the rest of validate() still applies
+  CHECK_THROWS_WITH_AS(fa::validate_varlen_problem(bad, v), doctest::Contains("--window"), fa::InputError);
+}
+
 TEST_CASE("varlen: validate_cu_seqlens and validate_varlen name the flag and the offending entry") {
   const auto refused = [](const fa::VarlenHost& v, const char* flag, const char* found) {
     CHECK_THROWS_WITH_AS(fa::validate_varlen(v), doctest::Contains(flag), fa::InputError);
