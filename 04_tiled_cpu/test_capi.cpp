@@ -2,7 +2,6 @@
 // it, the same bits as calling tiled::forward directly, and every refusal (a status, one line
 // naming the argument, outputs left untouched) instead of a crash.
 #include <doctest/doctest.h>
-#include <link.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -16,6 +15,7 @@
 #include "fa04.h"
 #include "harness.hpp"
 #include "tiled.hpp"
+#include "test_exports.hpp"
 
 namespace {
 
@@ -187,34 +187,15 @@ TEST_CASE("04 C ABI: a bad window or softcap is refused naming its flag; outputs
 
 TEST_CASE("04 C ABI: libfa04.so exports fa04_* and nothing else") {
   // The library this test runs, as the dynamic linker loaded it.
-  std::string path;
-  dl_iterate_phdr(
-      [](dl_phdr_info* info, size_t, void* out) {
-        const std::string name = info->dlpi_name ? info->dlpi_name : "";
-        if (name.find("libfa04.so") == std::string::npos) return 0;
-        *static_cast<std::string*>(out) = name;
-        return 1;
-      },
-      &path);
+  const std::string path = fa::test::loaded_library("libfa04.so");
   REQUIRE(!path.empty());
-  FILE* nm = popen(("nm -D --defined-only '" + path + "'").c_str(), "r");
-  REQUIRE(nm != nullptr);
-  char line[512];
-  int fa04 = 0, other = 0;
-  while (std::fgets(line, sizeof line, nm)) {
-    std::string s(line);
-    if (!s.empty() && s.back() == '\n') s.pop_back();
-    const std::string sym = s.substr(s.find_last_of(' ') + 1);
+  int fa04 = 0;
+  for (const std::string& sym : fa::test::defined_symbols(path)) {
+    INFO("exported: " << sym);
     if (sym.rfind("fa04_", 0) == 0) ++fa04;
-    else {
-      ++other;
-      INFO("exported: " << sym);
-      CHECK(false);
-    }
+    else CHECK(false);
   }
-  CHECK(pclose(nm) == 0);
   CHECK(fa04 == 7);  // the seven functions of fa04.h
-  CHECK(other == 0);
 }
 
 TEST_CASE("04 C ABI: block buffers larger than the memory are refused before any allocation") {

@@ -3,7 +3,6 @@
 // one line naming the argument, outputs left untouched) instead of a crash. Needs no GPU: the
 // GPU half is checked here only for what it refuses before touching a GPU.
 #include <doctest/doctest.h>
-#include <link.h>
 
 #include <cmath>
 #include <cstdio>
@@ -17,6 +16,7 @@
 #include "fa06.h"
 #include "harness.hpp"
 #include "tiled.hpp"
+#include "test_exports.hpp"
 
 namespace {
 
@@ -241,34 +241,15 @@ TEST_CASE("06 C ABI: fa06_backward_variant: a window the GPU plan does not take 
 
 TEST_CASE("06 C ABI: libfa06.so exports fa06_* and nothing else") {
   // The library this test runs, as the dynamic linker loaded it.
-  std::string path;
-  dl_iterate_phdr(
-      [](dl_phdr_info* info, size_t, void* out) {
-        const std::string name = info->dlpi_name ? info->dlpi_name : "";
-        if (name.find("libfa06.so") == std::string::npos) return 0;
-        *static_cast<std::string*>(out) = name;
-        return 1;
-      },
-      &path);
+  const std::string path = fa::test::loaded_library("libfa06.so");
   REQUIRE(!path.empty());
-  FILE* nm = popen(("nm -D --defined-only '" + path + "'").c_str(), "r");
-  REQUIRE(nm != nullptr);
-  char line[512];
-  int fa06 = 0, other = 0;
-  while (std::fgets(line, sizeof line, nm)) {
-    std::string s(line);
-    if (!s.empty() && s.back() == '\n') s.pop_back();
-    const std::string sym = s.substr(s.find_last_of(' ') + 1);
+  int fa06 = 0;
+  for (const std::string& sym : fa::test::defined_symbols(path)) {
+    INFO("exported: " << sym);
     if (sym.rfind("fa06_", 0) == 0) ++fa06;
-    else {
-      ++other;
-      INFO("exported: " << sym);
-      CHECK(false);
-    }
+    else CHECK(false);
   }
-  CHECK(pclose(nm) == 0);
   CHECK(fa06 == 12);  // the twelve functions of fa06.h, with or without the GPU half
-  CHECK(other == 0);
 }
 
 TEST_CASE("06 C ABI: the GPU half refuses before it touches a GPU") {
