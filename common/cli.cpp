@@ -232,7 +232,7 @@ std::string varlen_flag_given(const CliFlags& f) {
 void refuse_varlen_flags(const CliFlags& f, const std::string& program) {
   const std::string flag = varlen_flag_given(f);
   if (flag.empty()) return;
-  throw InputError(flag, "no packed batch in " + program + " (the CPU stages 01-04 and 06 --device cpu take one)",
+  throw InputError(flag, "no packed batch in " + program + " (the CPU stages 01-04, 06 --device cpu and 05 --kernel v13 take one)",
                    flag + " " + (flag == "--cu-seqlens-q" ? f.cu_q : f.cu_k));
 }
 
@@ -499,9 +499,10 @@ int stage_main(int argc, char** argv, const Stage& stage,
   return run_program(app, argc, argv, [&]() -> int {
     // A KV cache only where the stage has a forward on one (stage 05), never with a backward.
     const bool cache = !cache_flag_given(f).empty();
-    // A packed batch only where the stage indexes through the problem's offsets (the CPU stages).
+    // A packed batch only where the stage indexes through the problem's offsets (the CPU stages),
+    // or has a kernel that reads one (stage 05: varlen_forward_for).
     const bool varlen = !varlen_flag_given(f).empty();
-    if (varlen && !stage.varlen) refuse_varlen_flags(f, stage.name);
+    if (varlen && !stage.varlen && !stage.varlen_forward_for) refuse_varlen_flags(f, stage.name);
     if (cache && (!stage.cache_forward_for || stage.backward)) refuse_cache_flags(f);
     // A GPU stage's forward depends on --dtype, and forward_for may set the rest of the stage from
     // the flags (stage 06's --device): copy the stage after it.
@@ -512,7 +513,9 @@ int stage_main(int argc, char** argv, const Stage& stage,
     Stage st = stage;
     if (fwd) st.forward = fwd;
     // forward_for may have chosen a GPU path (stage 06 --device gpu), which takes no packed batch.
-    if (varlen && !st.varlen) refuse_varlen_flags(f, stage.name + " on the GPU");
+    if (varlen && !st.varlen && !stage.varlen_forward_for) refuse_varlen_flags(f, stage.name + " on the GPU");
+    VarlenForwardFn varlen_fwd;  // the whole batch in one call, where the stage has one
+    if (varlen && stage.varlen_forward_for) varlen_fwd = stage.varlen_forward_for(dtype);
     CacheForwardFn cache_fwd;
     if (cache) cache_fwd = stage.cache_forward_for(dtype);
     check_output_paths(f);
@@ -550,7 +553,9 @@ int stage_main(int argc, char** argv, const Stage& stage,
       fr.LSE = load_npy_as(f.lse_in, "--lse-in", {in.p.B, in.p.H, in.p.N_q}, /*allow_neg_inf=*/true);
       check_given_forward(in.p, fr, base ? &*base : nullptr, f);
     } else {
-      fr = in.cache.any() ? run_forward(cache_fwd, in) : run_forward(st.forward, in);
+      fr = in.cache.any() ? run_forward(cache_fwd, in)
+           : varlen_fwd     ? run_forward(varlen_fwd, in)
+                            : run_forward(st.forward, in);
     }
     // With a cache, the work is each sequence's own keys, not the capacity N_k.
     // With a packed batch, each sequence's own N_q(b) x N_k(b), not the padded B N_q N_k.

@@ -334,7 +334,11 @@ void check_rule(const char* what, const ErrorStats& stage, double baseline, doub
 
 }  // namespace
 
-void check_forward_case(const ForwardFn& f, const Case& c, bool is_stage01, Storage st) {
+namespace {
+// check_forward_case() with run(in) giving the stage's outputs: a ForwardFn (per sequence on a
+// packed batch) or a VarlenForwardFn (the whole batch in one call).
+void check_forward_run(const std::function<ForwardRun(const Inputs&)>& run_stage, const Case& c, bool is_stage01,
+                       Storage st) {
   INFO("case: " << c.name << (st.dtype != DType::fp32 ? std::string(" [") + dtype_name(st.dtype) +
                                                             (st.P_in_dtype ? ", P in dtype]" : "]")
                                                       : std::string()));
@@ -346,9 +350,8 @@ void check_forward_case(const ForwardFn& f, const Case& c, bool is_stage01, Stor
       REQUIRE_MESSAGE(count_nonfinite(t->ptr(), t->numel()) == 0, "inputs exceed the dtype's range");
     }
   }
-  REQUIRE_MESSAGE((!lowp || !in.varlen.any()), "a packed batch runs the float32 CPU stages");
   const AttnProblem& p = in.p;
-  const ForwardRun run = run_forward(f, in);  // on a packed batch, sequence by sequence
+  const ForwardRun run = run_stage(in);
   TensorD O64, LSE64;
   reference_of(in, O64, LSE64);
   const ErrorStats eO = compare(run.O.ptr(), O64.ptr(), run.O.numel());
@@ -387,7 +390,9 @@ void check_forward_case(const ForwardFn& f, const Case& c, bool is_stage01, Stor
   const double base_L = naive_ok ? e01L.max_abs : bound.LSE;
   if (lowp) {  // + the error that storing O (and P) in the dtype causes by itself
     TensorD Os, Ls;
-    reference_forward_stored(p, in.Q, in.K, in.V, st.P_in_dtype ? st.dtype : DType::fp32, st.dtype, Os, Ls);
+    const DType P_dtype = st.P_in_dtype ? st.dtype : DType::fp32;
+    if (in.varlen.any()) reference_varlen_forward_stored(p, in.varlen, in.Q, in.K, in.V, P_dtype, st.dtype, Os, Ls);
+    else reference_forward_stored(p, in.Q, in.K, in.V, P_dtype, st.dtype, Os, Ls);
     const double e_store = compare(Os.ptr(), O64.ptr(), Os.numel()).max_abs;
     INFO("storage error of O in " << std::string(dtype_name(st.dtype)) << ": " << e_store);
     base_O += e_store;
@@ -400,6 +405,12 @@ void check_forward_case(const ForwardFn& f, const Case& c, bool is_stage01, Stor
     CHECK(dO.max_abs <= 1e-5 * std::max(1.0, max_abs_finite(O64.ptr(), O64.numel())));
     CHECK(dL.max_abs <= 1e-5 * std::max(1.0, max_abs_finite(LSE64.ptr(), LSE64.numel())));
   }
+}
+
+}  // namespace
+
+void check_forward_case(const ForwardFn& f, const Case& c, bool is_stage01, Storage st) {
+  check_forward_run([&](const Inputs& in) { return run_forward(f, in); }, c, is_stage01, st);
 }
 
 void check_forward_battery(const ForwardFn& f, bool is_stage01, Storage st) {
@@ -420,6 +431,15 @@ void check_variant_backward_battery(const BackwardFn& f, bool is_stage01, const 
 
 void check_varlen_forward_battery(const ForwardFn& f, bool is_stage01) {
   for (const Case& c : varlen_battery()) check_forward_case(f, c, is_stage01);
+}
+
+void check_varlen_forward_case(const VarlenForwardFn& f, const Case& c, Storage st) {
+  REQUIRE_MESSAGE(!c.cu_q.empty(), "a packed-batch case");
+  check_forward_run([&](const Inputs& in) { return run_forward(f, in); }, c, false, st);
+}
+
+void check_varlen_forward_battery(const VarlenForwardFn& f, Storage st) {
+  for (const Case& c : varlen_battery()) check_varlen_forward_case(f, c, st);
 }
 
 void check_varlen_backward_battery(const BackwardFn& f, bool is_stage01, const ForwardFn& forward) {

@@ -108,6 +108,11 @@ void check_forward_case(const ForwardFn& f, const Case& c, bool is_stage01 = fal
 void check_variant_forward_battery(const ForwardFn& f, bool is_stage01 = false, Storage st = {});
 // The same rule over the packed-batch battery (float32 CPU stages: f runs per sequence).
 void check_varlen_forward_battery(const ForwardFn& f, bool is_stage01 = false);
+// The same with a forward that reads the whole batch in one call (stage 05's v13), in its storage
+// type st (the storage error computed per sequence, as check_forward_case does for one problem).
+void check_varlen_forward_battery(const VarlenForwardFn& f, Storage st = {});
+// One packed-batch case (c.cu_q, c.cu_k set) the same way.
+void check_varlen_forward_case(const VarlenForwardFn& f, const Case& c, Storage st = {});
 
 // Same for a backward: dQ, dK, dV against the float64 reference backward, with stage 01's backward
 // error as the baseline. `forward` (a backward from O and LSE: stage 06 and later) gives the O and

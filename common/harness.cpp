@@ -427,6 +427,11 @@ ForwardRun run_forward(const CacheForwardFn& f, const Inputs& in) {
   return run_forward_with(in, [&](float* O, float* LSE) { f(in.p, in.cache, in.Q.ptr(), in.K.ptr(), in.V.ptr(), O, LSE); });
 }
 
+ForwardRun run_forward(const VarlenForwardFn& f, const Inputs& in) {
+  if (!in.varlen.any()) throw std::invalid_argument("run_forward: a VarlenForwardFn needs a packed batch");
+  return run_forward_with(in, [&](float* O, float* LSE) { f(in.p, in.varlen, in.Q.ptr(), in.K.ptr(), in.V.ptr(), O, LSE); });
+}
+
 BackwardRun run_backward(const BackwardFn& f, const Inputs& in, const ForwardRun& fwd) {
   // A caller that forgot add_grad_output() would hand the backward a null dO.
   const int64_t lse_elems = in.varlen.any() ? in.p.H * in.varlen.total_q() : in.p.lse_elems();

@@ -11,6 +11,7 @@ namespace fa {
 
 struct Inputs;       // harness.hpp
 struct KvCacheHost;  // kv_cache.hpp
+struct VarlenHost;   // varlen.hpp
 
 // Forward: reads Q [B,H,N_q,d], K and V [B,H_kv,N_k,d]; writes O [B,H,N_q,d] and LSE [B,H,N_q].
 using ForwardFn = std::function<void(const AttnProblem&, const float* Q, const float* K,
@@ -25,6 +26,13 @@ using BackwardFn = std::function<void(const AttnProblem&, const float* Q, const 
 // [B,H_kv,N_k,d] or paged [num_pages,H_kv,P,d]; N_k is its capacity.
 using CacheForwardFn = std::function<void(const AttnProblem&, const KvCacheHost&, const float* Q,
                                           const float* K, const float* V, float* O, float* LSE)>;
+
+// Forward on a packed variable-length batch in one call (varlen.hpp), where a stage has a kernel
+// that reads one (stage 05's v13) rather than running sequence by sequence: p is varlen_problem()'s
+// (B sequences; N_q, N_k the longest), Q and O [total_q, H, d], K and V [total_k, H_kv, d], LSE
+// [H, total_q].
+using VarlenForwardFn = std::function<void(const AttnProblem&, const VarlenHost&, const float* Q,
+                                           const float* K, const float* V, float* O, float* LSE)>;
 
 struct Stage {
   std::string name;    // the program's name, e.g. "01_naive"
@@ -53,6 +61,9 @@ struct Stage {
   // common/varlen.hpp) sequence by sequence on offset pointers. The CPU stages set it; the GPU
   // kernels read [B, H, N, d] only, and their programs refuse the flags.
   bool varlen = false;
+  // A GPU stage with a kernel that reads a packed batch in one launch (stage 05, kernel v13): its
+  // forward on one, for an element type. The program then takes --cu-seqlens-q/-k (forward only).
+  std::function<VarlenForwardFn(DType)> varlen_forward_for = {};
 };
 
 }  // namespace fa

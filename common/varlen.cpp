@@ -123,8 +123,11 @@ TensorT<T> gather_lse(const TensorT<T>& L, int64_t H, int64_t total, int64_t t0,
 
 }  // namespace
 
-void reference_varlen_forward(const AttnProblem& p, const VarlenHost& v, const Tensor& Q, const Tensor& K,
-                              const Tensor& V, TensorD& O, TensorD& LSE) {
+namespace {
+// reference_varlen_forward() with `ref` (reference_forward or a stored variant) per sequence.
+template <class Ref>
+void varlen_reference_with(const AttnProblem& p, const VarlenHost& v, const Tensor& Q, const Tensor& K,
+                           const Tensor& V, TensorD& O, TensorD& LSE, const Ref& ref) {
   validate_varlen(v);
   const int64_t total_q = v.total_q();
   O = TensorD({total_q, p.H, p.d});  // zeros: the rows of a sequence without keys
@@ -133,12 +136,27 @@ void reference_varlen_forward(const AttnProblem& p, const VarlenHost& v, const T
     const int64_t t = v.cu_q[size_t(b)], n = v.n_q(b), u = v.cu_k[size_t(b)], m = v.n_k(b);
     if (n == 0 || m == 0) continue;
     TensorD Ob, Lb;
-    reference_forward(plain_sequence(p, v, b), gather_rows(Q, p.H, p.d, t, n), gather_rows(K, p.H_kv, p.d, u, m),
-                      gather_rows(V, p.H_kv, p.d, u, m), Ob, Lb);
+    ref(plain_sequence(p, v, b), gather_rows(Q, p.H, p.d, t, n), gather_rows(K, p.H_kv, p.d, u, m),
+        gather_rows(V, p.H_kv, p.d, u, m), Ob, Lb);
     scatter_rows(Ob, p.H, p.d, t, n, O);
     for (int64_t h = 0; h < p.H; ++h)
       for (int64_t i = 0; i < n; ++i) LSE[h * total_q + t + i] = Lb[h * n + i];
   }
+}
+}  // namespace
+
+void reference_varlen_forward(const AttnProblem& p, const VarlenHost& v, const Tensor& Q, const Tensor& K,
+                              const Tensor& V, TensorD& O, TensorD& LSE) {
+  varlen_reference_with(p, v, Q, K, V, O, LSE,
+                        [](const AttnProblem& s, const Tensor& q, const Tensor& k, const Tensor& x, TensorD& o,
+                           TensorD& l) { reference_forward(s, q, k, x, o, l); });
+}
+
+void reference_varlen_forward_stored(const AttnProblem& p, const VarlenHost& v, const Tensor& Q, const Tensor& K,
+                                     const Tensor& V, DType P_dtype, DType O_dtype, TensorD& O, TensorD& LSE) {
+  varlen_reference_with(p, v, Q, K, V, O, LSE,
+                        [&](const AttnProblem& s, const Tensor& q, const Tensor& k, const Tensor& x, TensorD& o,
+                            TensorD& l) { reference_forward_stored(s, q, k, x, P_dtype, O_dtype, o, l); });
 }
 
 void reference_varlen_backward(const AttnProblem& p, const VarlenHost& v, const TensorD& Q, const TensorD& K,

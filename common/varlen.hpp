@@ -109,6 +109,10 @@ void scatter_rows(const TensorT<T>& Y, int64_t heads, int64_t d, int64_t t0, int
 // are resized by the call. Throws InputError as validate_varlen().
 void reference_varlen_forward(const AttnProblem& p, const VarlenHost& v, const Tensor& Q, const Tensor& K,
                               const Tensor& V, TensorD& O, TensorD& LSE);
+// The same with reference_forward_stored() per sequence: P rounded to P_dtype before it
+// multiplies V, O rounded to O_dtype (what storage in a 16-bit kernel causes by itself).
+void reference_varlen_forward_stored(const AttnProblem& p, const VarlenHost& v, const Tensor& Q, const Tensor& K,
+                                     const Tensor& V, DType P_dtype, DType O_dtype, TensorD& O, TensorD& LSE);
 
 // The float64 reference backward (reference_backward()) the same way, sequence by sequence; dQ,
 // dK, dV [total, heads, d] resized. lse_in_float32 as reference_backward(); O and LSE_f32, when

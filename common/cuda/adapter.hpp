@@ -21,6 +21,7 @@
 #include "harness.hpp"
 #include "kv_cache.hpp"
 #include "stage.hpp"
+#include "varlen.hpp"
 
 namespace fa {
 
@@ -64,6 +65,16 @@ using CacheWorkspaceFn = std::function<int64_t(const AttnProblem& p, const KvCac
 // uploaded beside Q, K, V. Throws as gpu_forward.
 CacheForwardFn gpu_forward_cache(DeviceCacheForwardFn f, DType dtype, CacheWorkspaceFn workspace = {});
 
+// A forward on a packed batch on the GPU (varlen.hpp): as DeviceForwardFn, with Q, O [total_q, H,
+// d], K, V [total_k, H_kv, d], LSE [H, total_q], and cu_q, cu_k int32 device copies of v's offsets
+// ([B + 1] each). p is varlen_problem()'s.
+using DeviceVarlenForwardFn = std::function<void(const AttnProblem& p, const VarlenHost& v, DType dtype,
+                                                 const void* Q, const void* K, const void* V, void* O, float* LSE,
+                                                 const int32_t* cu_q, const int32_t* cu_k, cudaStream_t stream)>;
+using VarlenWorkspaceFn = std::function<int64_t(const AttnProblem& p, const VarlenHost& v, DType dtype)>;
+// The VarlenForwardFn for f in `dtype`: gpu_forward's steps on the packed tensors, with the
+// offsets uploaded beside Q, K, V. Throws as gpu_forward.
+VarlenForwardFn gpu_forward_varlen(DeviceVarlenForwardFn f, DType dtype, VarlenWorkspaceFn workspace = {});
 // The BackwardFn for f in `dtype`, the same way: Q, K, V, O, dO rounded to the dtype and uploaded
 // (LSE as float32), a warm-up call, dQ, dK, dV poisoned with NaN, a timed call, the gradients
 // downloaded as float32. Throws as gpu_forward (O and dO range-checked as --o-in and --do).
