@@ -39,9 +39,11 @@ int check_gpu() {
 
 // Each pointer must be device (or managed) memory: a host pointer would fault inside a kernel,
 // a sticky error that breaks the caller's CUDA context for good.
-int check_device_pointers(const void* const (&ptrs)[5]) {
-  const char* names[5] = {"Q", "K", "V", "O", "LSE"};
-  for (int i = 0; i < 5; ++i) {
+template <size_t N>
+int check_device_pointers(const void* const (&ptrs)[N]) {
+  static_assert(N == 5 || N == 7, "Q, K, V, O, LSE (and a packed batch's offsets)");
+  const char* names[7] = {"Q", "K", "V", "O", "LSE", "cu_seqlens_q", "cu_seqlens_k"};
+  for (size_t i = 0; i < N; ++i) {
     cudaPointerAttributes a{};
     if (cudaPointerGetAttributes(&a, ptrs[i]) != cudaSuccess) {
       cudaGetLastError();
@@ -170,6 +172,37 @@ int fa05_forward_kvcache(const char* kernel, const void* Q, const void* K, const
     }
   return guarded([&] {
     fa05::forward(kernel, p, t, Q, K, V, O, LSE, cache, fa05::Config{}, static_cast<cudaStream_t>(stream));
+  });
+}
+
+int fa05_forward_varlen(const char* kernel, const void* Q, const void* K, const void* V, void* O, float* LSE,
+                        const int32_t* cu_seqlens_q, const int32_t* cu_seqlens_k, int64_t B, int64_t total_q,
+                        int64_t total_k, int64_t max_seqlen_q, int64_t max_seqlen_k, int64_t H, int64_t H_kv,
+                        int64_t d, int dtype, int causal, float scale, int64_t window_left, int64_t window_right,
+                        float softcap, void* stream) {
+  g_error.clear();
+  // The padded problem the batch avoids (fa::varlen_problem()): B sequences of the longest lengths.
+  fa::AttnProblem p;
+  fa::DType t;
+  if (int s = make_problem(kernel, B, H, H_kv, max_seqlen_q, max_seqlen_k, d, dtype, causal, scale, p, t)) return s;
+  p.window_left = window_left, p.window_right = window_right, p.softcap = softcap;
+  p.token_major = true, p.lse_head_stride = total_q;
+  if (int s = guarded([&] { fa::validate(p); })) return s;
+  if (!Q || !K || !V || !O || !LSE)
+    return fail(FA05_INVALID_ARGUMENT, "Q, K, V, O, LSE: expected device pointers, found NULL");
+  if (!cu_seqlens_q || !cu_seqlens_k)
+    return fail(FA05_INVALID_ARGUMENT, "cu_seqlens_q, cu_seqlens_k: expected device pointers, found NULL");
+  const fa05::Varlen packed{cu_seqlens_q, cu_seqlens_k, total_q, total_k};
+  fa05::Plan pl;
+  if (int s = guarded([&] {
+        pl = fa05::plan(kernel, p, t, fa05::Config{}, fa05::KvCache{}, packed);
+        fa05::check_alignment(pl, t, Q, K, V, O, LSE);
+      }))
+    return s;
+  if (int s = check_gpu()) return s;
+  if (int s = check_device_pointers({Q, K, V, O, LSE, cu_seqlens_q, cu_seqlens_k})) return s;
+  return guarded([&] {
+    fa05::forward_varlen(kernel, p, t, Q, K, V, O, LSE, packed, fa05::Config{}, static_cast<cudaStream_t>(stream));
   });
 }
 

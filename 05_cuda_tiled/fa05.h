@@ -77,6 +77,28 @@ FA05_API int fa05_forward_kvcache(const char* kernel, const void* Q, const void*
                          const int32_t* block_table, int64_t page_size, int64_t pages_per_seq,
                          int64_t num_pages, void* stream);
 
+/* A packed variable-length batch (issue 34; common/varlen.hpp gives the semantics, as
+ * FlashAttention's varlen call takes one), in one launch of kernel "v13" or "auto" (which runs v13
+ * here), fp16 or bf16, on an sm_90a GPU:
+ *   Q, O : device pointers, [total_q, H, d] (token-major: the heads of one token adjacent)
+ *   K, V : device pointers, [total_k, H_kv, d]
+ *   LSE  : device pointer, [H, total_q], float32 (head h's row holds every token of the batch)
+ *   cu_seqlens_q, cu_seqlens_k: device pointers, [B + 1] int32 each: sequence b has the queries
+ *     cu_seqlens_q[b] ... cu_seqlens_q[b + 1] - 1 and the keys cu_seqlens_k[b] ... (0 = cu[0] <=
+ *     cu[1] <= ... <= cu[B] = total); a sequence may have no query or no key
+ *   max_seqlen_q, max_seqlen_k: the longest sequence's queries and keys (they size the grid)
+ * Each sequence is attended alone, with the causal mask aligned to its own N_k - N_q, the window
+ * and the softcap as fa05_forward_variant takes them. The offsets are not read on the host (no
+ * synchronisation): validate them where they are made; the kernel clamps each offset to 0 ...
+ * total and each length to the maximum, so bad offsets cannot reach outside the tensors (a row of a
+ * sequence longer than max_seqlen_q is then not written).
+ * Returns an fa05_status (FA05_UNSUPPORTED for another kernel, fp32, or a GPU without wgmma). */
+FA05_API int fa05_forward_varlen(const char* kernel, const void* Q, const void* K, const void* V, void* O,
+                        float* LSE, const int32_t* cu_seqlens_q, const int32_t* cu_seqlens_k, int64_t B,
+                        int64_t total_q, int64_t total_k, int64_t max_seqlen_q, int64_t max_seqlen_k,
+                        int64_t H, int64_t H_kv, int64_t d, int dtype, int causal, float scale,
+                        int64_t window_left, int64_t window_right, float softcap, void* stream);
+
 /* Bytes of GPU workspace fa05_forward allocates for this problem (0 for the FlashAttention
  * kernels but v10 ... v13, whose tile counter takes 4; O(N^2) for "cublas"; plus zero-padded copies
  * of Q, K, V, O where d needs them), written to *bytes.

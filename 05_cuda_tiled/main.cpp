@@ -10,7 +10,8 @@
 //   --persistent-blocks P  v8, v10 ... v13: at most P persistent thread blocks (default: as many as stay resident)
 //   --splits S       v14: key ranges per (batch, kv head), one thread block each (default: from the SMs)
 // and the KV cache flags of the contract (common/cli.hpp: --cache-lens, --page-size, --block-table),
-// which v14 and auto take: the run is then checked against reference_kv_cache().
+// which v14 and auto take: the run is then checked against reference_kv_cache(); and a packed
+// batch (--cu-seqlens-q/-k), which v13 and auto take in fp16/bf16, in one launch.
 // Without a GPU it exits with code 2 and one line, like any other unusable input.
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -25,6 +26,7 @@ int main(int argc, char** argv) {
   fa05::Config cfg;
   std::optional<fa::AttnProblem> ran;
   std::optional<fa::KvCacheHost> ran_cache;  // the cache of that run, if it had one
+  std::optional<fa::VarlenHost> ran_varlen;  // the packed batch of that run, if it was one
   fa::DType dtype = fa::DType::fp32;
   fa::Stage stage = stage_05("v1");
   // Built after the flags are parsed: the kernel, its knobs and the dtype come from them.
@@ -49,9 +51,19 @@ int main(int argc, char** argv) {
       f(p, c, Q, K, V, O, LSE);
     });
   };
+  stage.varlen_forward_for = [&](fa::DType t) {
+    fa::VarlenForwardFn f = stage_05_varlen_forward(kernel, t, cfg);
+    return fa::VarlenForwardFn([f, &ran, &ran_varlen](const fa::AttnProblem& p, const fa::VarlenHost& v,
+                                                      const float* Q, const float* K, const float* V, float* O,
+                                                      float* LSE) {
+      ran = p, ran_varlen = v;
+      f(p, v, Q, K, V, O, LSE);
+    });
+  };
   // Before anything runs: the kernel takes the problem, the inputs fit the dtype, a GPU is there.
   stage.precheck = [&](const fa::AttnProblem& p, const fa::Inputs* in, fa::DType t) {
     if (in && in->cache.any()) fa05::plan(kernel, in->p, t, cfg, kv_cache_view(in->cache));
+    else if (in && in->varlen.any()) fa05::plan(kernel, in->p, t, cfg, {}, varlen_view(in->varlen));
     else fa05::plan(kernel, p, t, cfg);
     if (in) fa::check_dtype_range(*in, t);
     fa::require_gpu();
@@ -73,8 +85,9 @@ int main(int argc, char** argv) {
       },
       [&](const fa::Inputs&, nlohmann::json& report, std::ostream& text) {
         if (!ran) return;
-        const fa05::Plan pl = ran_cache ? fa05::plan(kernel, *ran, dtype, cfg, kv_cache_view(*ran_cache))
-                                        : fa05::plan(kernel, *ran, dtype, cfg);
+        const fa05::Plan pl = ran_cache    ? fa05::plan(kernel, *ran, dtype, cfg, kv_cache_view(*ran_cache))
+                              : ran_varlen ? fa05::plan(kernel, *ran, dtype, cfg, {}, varlen_view(*ran_varlen))
+                                           : fa05::plan(kernel, *ran, dtype, cfg);
         report["kernel"] = {{"name", kernel},         {"runs", pl.runs}, {"note", pl.note},
                             {"device", fa::gpu_description()},
                             {"Br", pl.Br},            {"Bc", pl.Bc},

@@ -381,13 +381,16 @@ bool dispatch_shape(const Plan& pl, int64_t d, Go go) {
   return dispatch_shape<Ver>(pl, d, go, static_cast<typename Ver::Shapes*>(nullptr));
 }
 
-// A TMA tensor map (v12) of a row-major (slices, rows, d) tensor of 16-bit elements at base: boxes
-// of 64 columns x box_rows rows of one slice, written to shared memory in the 128-byte swizzle
-// (v7's layout); rows past `rows` read as zeros. CUDA driver API, cuTensorMapEncodeTiled ("Tensor
+// A TMA tensor map (v12) of a (slices, rows, d) tensor of 16-bit elements at base: boxes of 64
+// columns x box_rows rows of one slice, written to shared memory in the 128-byte swizzle (v7's
+// layout); rows past `rows` read as zeros. Row r of slice s starts at element s slice_pitch + r
+// row_pitch (0, 0: contiguous, d and rows d). A packed batch's [total, H, d] is rows = total
+// tokens H d apart, slices = heads d apart: the copy engine takes any order of the strides. CUDA driver API, cuTensorMapEncodeTiled ("Tensor
 // Map Object Management"), reached through the runtime so the build links no libcuda. Host only:
 // no GPU work. Throws fa::CudaError if the driver has no such entry point or refuses the map (it
 // checks alignment: base and row pitch 16-byte aligned, which plan() and check_alignment ensure).
-CUtensorMap tensor_map_3d(const void* base, fa::DType dtype, int64_t d, int64_t rows, int64_t slices, int box_rows) {
+CUtensorMap tensor_map_3d(const void* base, fa::DType dtype, int64_t d, int64_t rows, int64_t slices, int box_rows,
+                          int64_t row_pitch = 0, int64_t slice_pitch = 0) {
   static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult found{};
@@ -398,7 +401,8 @@ CUtensorMap tensor_map_3d(const void* base, fa::DType dtype, int64_t d, int64_t 
   }();
   const cuuint64_t elem = cuuint64_t(fa::dtype_bytes(dtype));
   const cuuint64_t dims[3] = {cuuint64_t(d), cuuint64_t(rows), cuuint64_t(slices)};
-  const cuuint64_t strides[2] = {cuuint64_t(d) * elem, cuuint64_t(rows) * cuuint64_t(d) * elem};  // bytes, dims 1, 2
+  if (row_pitch == 0) row_pitch = d, slice_pitch = rows * d;
+  const cuuint64_t strides[2] = {cuuint64_t(row_pitch) * elem, cuuint64_t(slice_pitch) * elem};  // bytes, dims 1, 2
   const cuuint32_t box[3] = {cuuint32_t(v12::kBoxCols), cuuint32_t(box_rows), 1};
   const cuuint32_t step[3] = {1, 1, 1};
   CUtensorMap map;
@@ -489,7 +493,8 @@ void v14_forward(const fa::AttnProblem& p, fa::DType dtype, const void* Q, const
 }
 
 void tc_forward(const fa::AttnProblem& p, fa::DType dtype, const void* Q, const void* K, const void* V,
-                void* O, float* LSE, const Plan& pl, cudaStream_t stream, const KvCache& cache = {}) {
+                void* O, float* LSE, const Plan& pl, cudaStream_t stream, const KvCache& cache = {},
+                const Varlen& packed = {}) {
   if (pl.runs == "v14") {
     v14_forward(p, dtype, Q, K, V, O, LSE, pl, stream, cache);
     return;
@@ -520,17 +525,23 @@ void tc_forward(const fa::AttnProblem& p, fa::DType dtype, const void* Q, const 
     const auto go_counter = [&](auto make) { tc_launch(p, dtype, Q, K, V, O, LSE, pl, stream, make, counter.get()); };
     if (pl.runs == "v12" || pl.runs == "v13") {
       // and v12's copies: a tensor map per Q, K, V (one box: 64 columns x Br or Bc rows). Rows are
-      // p.d wide (v13: columns past p.d of a box arrive as zeros).
-      const CUtensorMap tm_q = tensor_map_3d(Q, dtype, p.d, p.N_q, p.B * p.H, int(pl.Br));
-      const CUtensorMap tm_k = tensor_map_3d(K, dtype, p.d, p.N_k, p.B * p.H_kv, int(pl.Bc));
-      const CUtensorMap tm_v = tensor_map_3d(V, dtype, p.d, p.N_k, p.B * p.H_kv, int(pl.Bc));
+      // p.d wide (v13: columns past p.d of a box arrive as zeros). A packed batch (v13): rows are
+      // tokens, slices heads.
+      const auto map = [&](const void* X, int64_t rows, int64_t slices, int64_t box, int64_t total, int64_t heads) {
+        return packed.any() ? tensor_map_3d(X, dtype, p.d, total, heads, int(box), heads * p.d, p.d)
+                            : tensor_map_3d(X, dtype, p.d, rows, slices, int(box));
+      };
+      const CUtensorMap tm_q = map(Q, p.N_q, p.B * p.H, pl.Br, packed.total_q, p.H);
+      const CUtensorMap tm_k = map(K, p.N_k, p.B * p.H_kv, pl.Bc, packed.total_k, p.H_kv);
+      const CUtensorMap tm_v = map(V, p.N_k, p.B * p.H_kv, pl.Bc, packed.total_k, p.H_kv);
+      const v13::Packed pk{packed.cu_q, packed.cu_k, int(packed.total_q), int(packed.total_k)};
       if (pl.runs == "v12")
         found = dispatch_shape<V12>(pl, pl.d_kernel, [&](auto make) {
           tc_launch(p, dtype, Q, K, V, O, LSE, pl, stream, make, counter.get(), tm_q, tm_k, tm_v);
         });
       else
         found = dispatch_shape<V13>(pl, pl.d_kernel, [&](auto make) {
-          tc_launch<V13Widths>(p, dtype, Q, K, V, O, LSE, pl, stream, make, counter.get(), tm_q, tm_k, tm_v);
+          tc_launch<V13Widths>(p, dtype, Q, K, V, O, LSE, pl, stream, make, counter.get(), tm_q, tm_k, tm_v, pk);
         });
     } else
       found = pl.runs == "v10" ? dispatch_shape<V10>(pl, pl.d_kernel, go_counter)
@@ -617,6 +628,11 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
 
 Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const Config& cfg,
           const KvCache& cache) {
+  return plan(kernel, p, dtype, cfg, cache, Varlen{});
+}
+
+Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const Config& cfg,
+          const KvCache& cache, const Varlen& packed) {
   fa::validate(p);
   // Issue 34: v1, v13 and v14 take a sliding window and a softcap (math.md section 8; the
   // kernels' headers say how); the other kernels refuse them, never ignore them.
@@ -627,6 +643,8 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
   if (kernel == "auto") {
     AutoChoice choice = cache.any() && dtype != fa::DType::fp32
                             ? AutoChoice{"v14", "a KV cache: v14 is the kernel that reads one"}
+                        : packed.any() && dtype != fa::DType::fp32
+                            ? AutoChoice{"v13", "a packed batch: v13 is the kernel that reads one"}
                             : auto_kernel(p, dtype, cfg);
     name = choice.kernel;
     pl.note = "auto: " + choice.kernel + " (" + choice.why + ")";
@@ -713,6 +731,19 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
   }
   if (cfg.splits > 0 && pl.runs != "v14")
     throw Unsupported("--splits", "only with v14 (split-KV)", "kernel " + asked + ", which runs " + pl.runs + " here");
+  if (packed.any()) {  // a packed batch (issue 34): v13 reads one; nothing else may ignore it
+    if (cache.any()) throw fa::InputError("--cu-seqlens-q", "no KV cache with a packed batch", "a KV cache");
+    if (pl.runs != "v13")
+      throw Unsupported("--cu-seqlens-q", "kernel v13 or auto with --dtype fp16/bf16 on an sm_90a GPU (v13 alone reads a packed batch)",
+                        "kernel " + asked + ", which runs " + pl.runs + " here" + (dtype == fa::DType::fp32 ? " for fp32" : ""));
+    if (packed.cu_k == nullptr || packed.total_q < 1 || packed.total_k < 1)
+      throw fa::InputError("--cu-seqlens-k", "both offsets arrays and at least one query and one key",
+                           std::to_string(packed.total_q) + " queries, " + std::to_string(packed.total_k) + " keys");
+    if (packed.total_q < p.N_q || packed.total_k < p.N_k)
+      throw fa::InputError("--cu-seqlens-q/-k", "the longest sequence no longer than the batch's tokens",
+                           "N_q " + std::to_string(p.N_q) + " of " + std::to_string(packed.total_q) + ", N_k " +
+                               std::to_string(p.N_k) + " of " + std::to_string(packed.total_k));
+  }
   if (cache.any()) {  // a KV cache (issue 33): v14 reads it; nothing else may ignore it
     const std::string flag = cache.paged() ? "--block-table" : "--cache-lens";
     if (pl.runs != "v14")
@@ -805,6 +836,9 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
       check_int(p.N_q, "--seq-q", "N_q for " + pl.runs + "'s tensor maps");
       check_int(p.N_k + pl.Bc, "--seq-k", "N_k + Bc for " + pl.runs + "'s tensor maps");
       check_int(p.B * p.H, "--batch/--heads", "B * H for " + pl.runs + "'s tensor maps");
+      // A packed batch's rows are tokens: up to total + Br (the last tile's box), also 32-bit.
+      check_int(packed.total_q + pl.Br, "--cu-seqlens-q", "total_q + Br for v13's tensor maps");
+      check_int(packed.total_k + pl.Bc, "--cu-seqlens-k", "total_k + Bc for v13's tensor maps");
     }
   } else if (pl.runs == "v14") {
     split_kv_plan(p, cfg, pl);
@@ -830,7 +864,9 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
   }
   pl.padded_copies = pl.d_buffers != p.d;
   if (pl.padded_copies)  // zero-padded copies of Q, O (B H N_q rows each) and K, V (B H_kv N_k rows)
-    pl.workspace_bytes += (2 * p.B * p.H * p.N_q + 2 * p.B * p.H_kv * p.N_k) * pl.d_buffers * fa::dtype_bytes(dtype);
+    pl.workspace_bytes += (packed.any() ? 2 * packed.total_q * p.H + 2 * packed.total_k * p.H_kv
+                                        : 2 * p.B * p.H * p.N_q + 2 * p.B * p.H_kv * p.N_k) *
+                          pl.d_buffers * fa::dtype_bytes(dtype);
   if (pl.blocks > INT_MAX)
     throw Unsupported("--batch/--heads/--seq-q", "at most 2^31 - 1 thread blocks", std::to_string(pl.blocks));
   return pl;
@@ -860,18 +896,22 @@ void forward(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtyp
   forward(kernel, p, dtype, Q, K, V, O, LSE, KvCache{}, cfg, stream);
 }
 
-void forward(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const void* Q,
-             const void* K, const void* V, void* O, float* LSE, const KvCache& cache,
-             const Config& cfg, cudaStream_t stream) {
+namespace {
+// forward() and forward_varlen(): plan, then run the kernel, on padded copies where d needs them.
+void forward_impl(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const void* Q,
+                  const void* K, const void* V, void* O, float* LSE, const KvCache& cache,
+                  const Varlen& packed, const Config& cfg, cudaStream_t stream) {
   Config here = cfg;  // planned for this device, whatever cfg says
   here.sm = 0, here.smem_optin = 0;
-  const Plan pl = plan(kernel, p, dtype, here, cache);
+  const Plan pl = plan(kernel, p, dtype, here, cache, packed);
   check_alignment(pl, dtype, Q, K, V, O, LSE);
   if (pl.padded_copies) {
     // Head-dim padding (common/cuda/pad_columns.hpp): the kernel runs on zero-padded copies, with
-    // the scale of the real d; LSE is written directly (zero columns do not change it).
+    // the scale of the real d; LSE is written directly (zero columns do not change it). Rows of d
+    // are rows of d in either layout: a packed batch has total H of them in Q.
     const int64_t e = fa::dtype_bytes(dtype), D = pl.d_buffers;
-    const int64_t q_rows = p.B * p.H * p.N_q, kv_rows = p.B * p.H_kv * p.N_k;
+    const int64_t q_rows = packed.any() ? packed.total_q * p.H : p.B * p.H * p.N_q;
+    const int64_t kv_rows = packed.any() ? packed.total_k * p.H_kv : p.B * p.H_kv * p.N_k;
     fa::DeviceBuffer<unsigned char> work(size_t((2 * q_rows + 2 * kv_rows) * D * e), fa::Mem::Extra, stream);
     unsigned char* Qp = work.get();
     unsigned char *Kp = Qp + q_rows * D * e, *Vp = Kp + kv_rows * D * e, *Op = Vp + kv_rows * D * e;
@@ -881,12 +921,12 @@ void forward(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtyp
     fa::AttnProblem padded = p;
     padded.d = D;
     padded.scale = p.resolved_scale();
-    tc_forward(padded, dtype, Qp, Kp, Vp, Op, LSE, pl, stream, cache);  // (never paged: plan())
+    tc_forward(padded, dtype, Qp, Kp, Vp, Op, LSE, pl, stream, cache, packed);  // (never paged: plan())
     fa::unpad_columns(Op, O, q_rows, D, p.d, e, stream);
     return;
   }
   if (pl.runs != "v1" && pl.runs != "cublas") {
-    tc_forward(p, dtype, Q, K, V, O, LSE, pl, stream, cache);
+    tc_forward(p, dtype, Q, K, V, O, LSE, pl, stream, cache, packed);
     return;
   }
   if (pl.runs == "cublas") {
@@ -909,6 +949,20 @@ void forward(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtyp
         static_cast<T*>(O), LSE, p, p.resolved_scale(), L, Tr);
     FA_CUDA_CHECK(cudaGetLastError());
   });
+}
+}  // namespace
+
+void forward(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const void* Q,
+             const void* K, const void* V, void* O, float* LSE, const KvCache& cache,
+             const Config& cfg, cudaStream_t stream) {
+  forward_impl(kernel, p, dtype, Q, K, V, O, LSE, cache, Varlen{}, cfg, stream);
+}
+
+void forward_varlen(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const void* Q,
+                    const void* K, const void* V, void* O, float* LSE, const Varlen& packed,
+                    const Config& cfg, cudaStream_t stream) {
+  if (!packed.any()) throw fa::InputError("--cu-seqlens-q", "the offsets of a packed batch", "none");
+  forward_impl(kernel, p, dtype, Q, K, V, O, LSE, KvCache{}, packed, cfg, stream);
 }
 
 }  // namespace fa05

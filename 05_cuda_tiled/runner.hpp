@@ -52,6 +52,19 @@ struct KvCache {
   bool paged() const { return block_table != nullptr; }
   bool any() const { return has_lens() || paged(); }
 };
+// A packed variable-length batch (issue 34; common/varlen.hpp gives the semantics): device
+// pointers, read by v13 only, in one launch. The problem's B is the number of sequences, its N_q
+// and N_k the longest sequence's (fa::varlen_problem(): the padded problem the batch avoids,
+// which sizes the grid); Q and O are [total_q, H, d], K and V [total_k, H_kv, d], LSE [H, total_q].
+// forward_varlen() does not read the arrays on the host (a synchronisation per call): validate them
+// where they are made (fa::validate_varlen). The kernel clamps each offset to 0 ... total and each
+// length to the longest, so bad offsets cannot read or write outside the tensors.
+struct Varlen {
+  const int32_t* cu_q = nullptr;  // [B + 1]: sequence b has tokens cu_q[b] ... cu_q[b + 1] - 1
+  const int32_t* cu_k = nullptr;  // [B + 1]: its keys cu_k[b] ... cu_k[b + 1] - 1
+  int64_t total_q = 0, total_k = 0;  // tokens of Q (and O) and of K (and V)
+  bool any() const { return cu_q != nullptr; }
+};
 // A block shape, rows: Br query rows (16 per warp), Bc keys per K/V block.
 struct BlockShape {
   int64_t Br, Bc;
@@ -145,6 +158,11 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
 // or whose sizes disagree with N_k (pages_per_seq P != N_k).
 Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const Config& cfg,
           const KvCache& cache);
+// The same for a packed batch (only its totals and whether cu_q is set are read): v13 and auto
+// (which runs v13 on a Hopper build and GPU) take one, in fp16/bf16; every other kernel, fp32 and a
+// GPU without wgmma are Unsupported ("--cu-seqlens-q"), as is a KV cache with it.
+Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const Config& cfg,
+          const KvCache& cache, const Varlen& packed);
 
 // Throws fa::InputError unless Q, K, V, O are aligned to the dtype's element size and LSE to 4
 // bytes, and Unsupported unless they are 16-byte aligned where pl runs a tensor-core version
@@ -165,5 +183,11 @@ void forward(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtyp
 void forward(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const void* Q,
              const void* K, const void* V, void* O, float* LSE, const KvCache& cache,
              const Config& cfg, cudaStream_t stream);
+// A packed variable-length batch (above), in one launch of v13: Q, O [total_q, H, d], K, V
+// [total_k, H_kv, d], LSE [H, total_q]; p is fa::varlen_problem()'s (B sequences, N_q and N_k the
+// longest). Rows that see no key get O = 0 and LSE = -inf. Throws as plan() with the batch.
+void forward_varlen(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const void* Q,
+                    const void* K, const void* V, void* O, float* LSE, const Varlen& packed,
+                    const Config& cfg, cudaStream_t stream);
 
 }  // namespace fa05

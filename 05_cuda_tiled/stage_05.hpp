@@ -6,6 +6,7 @@
 #include "kv_cache.hpp"
 #include "runner.hpp"
 #include "stage.hpp"
+#include "varlen.hpp"
 
 // The ForwardFn of `kernel` in `dtype` with the knobs `cfg`. A problem the kernel cannot run is
 // refused (fa05::plan throws InputError) before anything touches the GPU.
@@ -52,6 +53,35 @@ inline fa::CacheForwardFn stage_05_cache_forward(const std::string& kernel, fa::
   };
 }
 
+// The runner's view of a host packed batch: its totals, and the offsets at cu_q and cu_k (device
+// pointers for forward_varlen(); plan() reads only the totals and whether cu_q is set).
+inline fa05::Varlen varlen_view(const fa::VarlenHost& v, const int32_t* cu_q, const int32_t* cu_k) {
+  return {cu_q, cu_k, v.total_q(), v.total_k()};
+}
+inline fa05::Varlen varlen_view(const fa::VarlenHost& v) { return varlen_view(v, v.cu_q.data(), v.cu_k.data()); }
+
+// The same on a packed batch (--cu-seqlens-q/-k): v13 or auto, in one launch; plan() refuses the
+// others. The offsets are validated on the host here, where they are made (forward_varlen() never
+// reads them on the host).
+inline fa::VarlenForwardFn stage_05_varlen_forward(const std::string& kernel, fa::DType dtype, const fa05::Config& cfg = {}) {
+  fa::VarlenForwardFn on_gpu = fa::gpu_forward_varlen(
+      [kernel, cfg](const fa::AttnProblem& p, const fa::VarlenHost& v, fa::DType t, const void* Q, const void* K,
+                    const void* V, void* O, float* LSE, const int32_t* cu_q, const int32_t* cu_k, cudaStream_t stream) {
+        fa05::forward_varlen(kernel, p, t, Q, K, V, O, LSE, varlen_view(v, cu_q, cu_k), cfg, stream);
+      },
+      dtype,
+      [kernel, cfg](const fa::AttnProblem& p, const fa::VarlenHost& v, fa::DType t) {
+        return fa05::plan(kernel, p, t, cfg, {}, varlen_view(v)).workspace_bytes;
+      });
+  return [=](const fa::AttnProblem& p, const fa::VarlenHost& v, const float* Q, const float* K, const float* V,
+             float* O, float* LSE) {
+    fa::validate_varlen(v);
+    fa::validate_varlen_problem(p, v);
+    fa05::plan(kernel, p, dtype, cfg, {}, varlen_view(v));
+    on_gpu(p, v, Q, K, V, O, LSE);
+  };
+}
+
 // The stage for one kernel version ("v1", "cublas": fa05::kernels()); fp32 unless the program's
 // --dtype says otherwise (forward_for).
 inline fa::Stage stage_05(const std::string& kernel, const fa05::Config& cfg = {}) {
@@ -62,6 +92,7 @@ inline fa::Stage stage_05(const std::string& kernel, const fa05::Config& cfg = {
   s.forward = stage_05_forward(kernel, fa::DType::fp32, cfg);
   s.forward_for = [kernel, cfg](fa::DType t) { return stage_05_forward(kernel, t, cfg); };
   s.cache_forward_for = [kernel, cfg](fa::DType t) { return stage_05_cache_forward(kernel, t, cfg); };
+  s.varlen_forward_for = [kernel, cfg](fa::DType t) { return stage_05_varlen_forward(kernel, t, cfg); };
   s.nxn_forward = 0;
   return s;
 }

@@ -28,6 +28,7 @@
 #include "reference.hpp"
 #include "rng.hpp"
 #include "stage_05.hpp"
+#include "varlen.hpp"
 
 namespace {
 
@@ -174,6 +175,48 @@ TEST_CASE("05 v13: windows across its blocks and softcaps at every native width,
       for (fa::DType t : {fa::DType::fp16, fa::DType::bf16}) {
         CHECK(fa05::plan("v13", c.p, t).runs == expected_runs("v13", d));
         fa::check_forward_case(stage_05_forward("v13", t), c, false, storage("v13", t));
+      }
+    }
+}
+
+// Packed variable-length batches (issue 34): v13 reads the whole batch in one launch, each tile
+// its sequence's offsets. The battery (lengths 0, 1, 127, 129, 1000; N_q(b) != N_k(b); windows,
+// softcaps, GQA, MQA; 40 short sequences) in both 16-bit types, then long sequences at every
+// native width, and with two persistent blocks, so that each walks hundreds of tiles, most of
+// them past their sequence's end.
+TEST_CASE("05 v13 and auto: packed variable-length batches in one launch (varlen battery), fp16 and bf16") {
+  if (!runs_itself("v13")) {
+    MESSAGE("v13 runs v5 on this GPU, which reads no packed batch: nothing to test");
+    return;
+  }
+  for (const char* k : {"v13", "auto"})
+    for (fa::DType t : {fa::DType::fp16, fa::DType::bf16}) {
+      INFO(k << " dtype " << std::string(fa::dtype_name(t)));
+      fa::check_varlen_forward_battery(stage_05_varlen_forward(k, t), storage(k, t));
+    }
+}
+TEST_CASE("05 v13: packed batches of long sequences at every native width, causal, windows, two persistent blocks") {
+  if (!runs_itself("v13")) return;
+  const auto offsets = [](const std::vector<int32_t>& lens) {
+    std::vector<int32_t> cu{0};
+    for (int32_t n : lens) cu.push_back(cu.back() + n);
+    return cu;
+  };
+  // Sequences across several 128-row tiles and 64/128-key blocks, one empty, one of a single token,
+  // N_q(b) != N_k(b) in both directions (chunked prefill: fewer queries than keys).
+  const std::vector<int32_t> lq = {700, 1, 0, 900, 129, 300}, lk = {700, 1, 5, 900, 1000, 257};
+  fa05::Config two;
+  two.persistent_blocks = 2;
+  for (int64_t d : {32, 64, 96, 128, 192, 256, 80})
+    for (int variant = 0; variant < 3; ++variant) {
+      if (variant == 0 && d != 128) continue;  // not causal: at one width (the float64 reference is the cost)
+      fa::AttnProblem p = fa::make_problem(1, 4, 2, 1, 1, d, variant != 0);
+      if (variant == 2) p.window_left = 200, p.softcap = 20.f;
+      const fa::Case c{"v13 packed d " + std::to_string(d) + " variant " + std::to_string(variant), p,
+                       variant == 2 ? fa::Fill::Logits100 : fa::Fill::HighDims, offsets(lq), offsets(lk)};
+      for (fa::DType t : {fa::DType::fp16, fa::DType::bf16}) {
+        fa::check_varlen_forward_case(stage_05_varlen_forward("v13", t), c, storage("v13", t));
+        if (d == 128 || d == 80) fa::check_varlen_forward_case(stage_05_varlen_forward("v13", t, two), c, storage("v13", t));
       }
     }
 }
@@ -761,6 +804,49 @@ TEST_CASE("05: the C ABI (libfa05.so) computes what the C++ path computes") {
   CHECK(std::string(fa05_last_error()).find("--head-dim") != std::string::npos);
   CHECK(fa05_forward("v1", buf.get(), buf.get(), buf.get(), buf.get(), buf.get(), 1, 3, 2, 1, 1, 8, 0, 0, 0.f,
                      nullptr) == FA05_INVALID_ARGUMENT);
+  // fa05_forward_varlen: the same bits as the C++ path on a packed batch (device offsets), and
+  // host offsets refused as host memory before any kernel runs.
+  if (runs_itself("v13")) {
+    const fa::VarlenHost v{{0, 77, 77, 300}, {0, 45, 90, 91}};
+    fa::AttnProblem tmpl = fa::make_problem(1, 6, 3, 1, 1, 64, true);
+    tmpl.window_left = 30;
+    const fa::Inputs in = fa::random_varlen_inputs(tmpl, v, 11);
+    const fa::AttnProblem& p = in.p;
+    for (fa::DType t : {fa::DType::fp16, fa::DType::bf16}) {
+      INFO("varlen " << std::string(fa::dtype_name(t)));
+      const fa::ForwardRun ref = fa::run_forward(stage_05_varlen_forward("v13", t), in);
+      const int64_t eb = fa::dtype_bytes(t), nq = in.Q.numel(), nk = in.K.numel();
+      std::vector<uint8_t> hq(size_t(eb * nq)), hk(size_t(eb * nk)), hv(hk.size());
+      fa::encode(t, in.Q.ptr(), nq, hq.data());
+      fa::encode(t, in.K.ptr(), nk, hk.data());
+      fa::encode(t, in.V.ptr(), nk, hv.data());
+      fa::DeviceBuffer<uint8_t> dq(int64_t(hq.size()), fa::Mem::Io), dk(int64_t(hk.size()), fa::Mem::Io),
+          dv(int64_t(hv.size()), fa::Mem::Io), dO(int64_t(hq.size()), fa::Mem::Io);
+      fa::DeviceBuffer<float> dl(p.H * v.total_q(), fa::Mem::Io);
+      fa::DeviceBuffer<int32_t> cq(4, fa::Mem::Io), ck(4, fa::Mem::Io);
+      FA_CUDA_CHECK(cudaMemcpy(dq.get(), hq.data(), hq.size(), cudaMemcpyHostToDevice));
+      FA_CUDA_CHECK(cudaMemcpy(dk.get(), hk.data(), hk.size(), cudaMemcpyHostToDevice));
+      FA_CUDA_CHECK(cudaMemcpy(dv.get(), hv.data(), hv.size(), cudaMemcpyHostToDevice));
+      FA_CUDA_CHECK(cudaMemcpy(cq.get(), v.cu_q.data(), 16, cudaMemcpyHostToDevice));
+      FA_CUDA_CHECK(cudaMemcpy(ck.get(), v.cu_k.data(), 16, cudaMemcpyHostToDevice));
+      const auto call = [&](const int32_t* q_off) {
+        return fa05_forward_varlen("v13", dq.get(), dk.get(), dv.get(), dO.get(), dl.get(), q_off, ck.get(), 3,
+                                   v.total_q(), v.total_k(), p.N_q, p.N_k, p.H, p.H_kv, p.d, int(t), 1, 0.f, 30, -1,
+                                   0.f, nullptr);
+      };
+      CHECK(call(v.cu_q.data()) == FA05_INVALID_ARGUMENT);
+      CHECK(std::string(fa05_last_error()).find("cu_seqlens_q") != std::string::npos);
+      REQUIRE_MESSAGE(call(cq.get()) == FA05_OK, fa05_last_error());
+      FA_CUDA_CHECK(cudaDeviceSynchronize());
+      std::vector<uint8_t> ho(hq.size());
+      fa::Tensor O(in.Q.shape), L({p.H, v.total_q()});
+      FA_CUDA_CHECK(cudaMemcpy(ho.data(), dO.get(), ho.size(), cudaMemcpyDeviceToHost));
+      FA_CUDA_CHECK(cudaMemcpy(L.ptr(), dl.get(), size_t(L.numel()) * 4, cudaMemcpyDeviceToHost));
+      fa::decode(t, ho.data(), nq, O.ptr());
+      CHECK(fa::same_bits(O, ref.O));
+      CHECK(fa::same_bits(L, ref.LSE));
+    }
+  }
   int64_t huge = 0;  // S of the cuBLAS baseline for 64 heads of 2^20 x 2^14: 2^40 floats
   CHECK(fa05_workspace_bytes("cublas", 1, 64, 64, 1 << 20, 1 << 14, 64, 1, 0, &huge) == FA05_OK);
   CHECK(huge == 6 * (int64_t(64) << 34));

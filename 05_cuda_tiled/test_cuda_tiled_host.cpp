@@ -784,6 +784,21 @@ TEST_CASE("05 C ABI: kernels listed; bad arguments answered with a status, no GP
   CHECK(std::string(fa05_last_error()).find("--window") != std::string::npos);
   CHECK(variant("cublas", -1, -1, 30.f) == FA05_UNSUPPORTED);
   CHECK(std::string(fa05_last_error()).find("--softcap") != std::string::npos);
+  // fa05_forward_varlen: offsets pointers required; a kernel other than v13 / auto, or fp32, is
+  // refused naming --cu-seqlens-q; a window side below -1 is named. All before the GPU.
+  const int32_t* cu = reinterpret_cast<const int32_t*>(mem + 192);
+  const auto varlen = [&](const char* k, const int32_t* cq, int dtype, int64_t left) {
+    return fa05_forward_varlen(k, a16, a16, a16, a16, lse, cq, cu, 2, 10, 12, 6, 7, 2, 1, 64, dtype, 1, 0.f, left, -1,
+                               0.f, nullptr);
+  };
+  CHECK(varlen("v13", nullptr, FA05_BF16, -1) == FA05_INVALID_ARGUMENT);
+  CHECK(std::string(fa05_last_error()).find("cu_seqlens_q") != std::string::npos);
+  CHECK(varlen("v12", cu, FA05_BF16, -1) == FA05_UNSUPPORTED);
+  CHECK(std::string(fa05_last_error()).find("--cu-seqlens-q") != std::string::npos);
+  CHECK(varlen("v13", cu, FA05_FP32, -1) == FA05_UNSUPPORTED);
+  CHECK(std::string(fa05_last_error()).find("fp32") != std::string::npos);
+  CHECK(varlen("v13", cu, FA05_BF16, -3) == FA05_INVALID_ARGUMENT);
+  CHECK(std::string(fa05_last_error()).find("--window") != std::string::npos);
 }
 
 TEST_CASE("05 C ABI: libfa05.so exports fa05_* and nothing else") {
@@ -794,7 +809,7 @@ TEST_CASE("05 C ABI: libfa05.so exports fa05_* and nothing else") {
     if (sym.rfind("fa05_", 0) == 0) ++fa05;
     else CHECK(false);
   }
-  CHECK(fa05 == 10);  // the ten functions of fa05.h
+  CHECK(fa05 == 11);  // the eleven functions of fa05.h
 }
 
 TEST_CASE("05 dtypes: encode/decode round trips; rounding is to nearest even") {
@@ -981,6 +996,42 @@ TEST_CASE("05 plan: a window or a softcap runs v1, v13 or v14; the other kernels
   const fa::AttnProblem short_cache = fa::make_problem(1, 8, 8, 1, 1024, 128, true);
   CHECK(fa05::plan("v14", band, fa::DType::bf16, hopper).splits == fa05::plan("v14", short_cache, fa::DType::bf16, hopper).splits);
   CHECK(fa05::plan("v14", band, fa::DType::bf16, hopper).splits < fa05::plan("v14", fa::make_problem(1, 8, 8, 1, 65536, 128, true), fa::DType::bf16, hopper).splits);
+}
+
+// A packed batch (issue 34): what plan() takes and refuses (the GPU test runs it).
+TEST_CASE("05 plan: a packed batch runs v13 in one launch; other kernels, fp32, no wgmma and a KV cache refuse it") {
+  // 3 sequences, the longest of 300 queries and 500 keys; 600 queries and 900 keys in all.
+  const fa::AttnProblem p = fa::make_problem(3, 8, 2, 300, 500, 128, true);
+  int32_t dummy = 0;
+  const fa05::Varlen packed{&dummy, &dummy, 600, 900};
+  fa05::Config hopper;
+  hopper.sm = 90, hopper.sm_count = 132;
+  const fa05::Plan pl = fa05::plan("v13", p, fa::DType::bf16, hopper, {}, packed);
+  CHECK(pl.runs == "v13");
+  CHECK(pl.blocks == 3 * 8 * 3);  // the longest sequence's tiles: ceil(300 / 128) per (sequence, head)
+  CHECK(fa05::plan("auto", p, fa::DType::fp16, hopper, {}, packed).runs == "v13");
+  fa::AttnProblem decode = p;  // auto would pick v14 for one row a sequence, which reads no packed batch
+  decode.N_q = 1;
+  CHECK(fa05::plan("auto", decode, fa::DType::bf16, hopper, {}, packed).runs == "v13");
+  for (const char* k : {"v1", "v2", "v12", "v14", "cublas"})
+    CHECK_THROWS_WITH_AS(fa05::plan(k, p, fa::DType::bf16, hopper, {}, packed), doctest::Contains("--cu-seqlens-q"),
+                         fa05::Unsupported);
+  CHECK_THROWS_WITH_AS(fa05::plan("v13", p, fa::DType::fp32, hopper, {}, packed), doctest::Contains("fp32"), fa05::Unsupported);
+  fa05::Config ampere;
+  ampere.sm = 80;  // no wgmma: v13 would run v5
+  CHECK_THROWS_WITH_AS(fa05::plan("auto", p, fa::DType::bf16, ampere, {}, packed), doctest::Contains("--cu-seqlens-q"),
+                       fa05::Unsupported);
+  const fa05::KvCache lens{&dummy, nullptr, 0, 0, 0};
+  CHECK_THROWS_WITH_AS(fa05::plan("v13", p, fa::DType::bf16, hopper, lens, packed), doctest::Contains("KV cache"),
+                       fa::InputError);
+  const fa05::Varlen short_batch{&dummy, &dummy, 299, 900};  // fewer tokens than its longest sequence
+  CHECK_THROWS_WITH_AS(fa05::plan("v13", p, fa::DType::bf16, hopper, {}, short_batch), doctest::Contains("--cu-seqlens-q/-k"),
+                       fa::InputError);
+  // d = 60 runs on zero-padded copies of the packed tensors: total rows, not B N rows.
+  const fa::AttnProblem p60 = fa::make_problem(3, 8, 2, 300, 500, 60, true);
+  const fa05::Plan pad = fa05::plan("v13", p60, fa::DType::bf16, hopper, {}, packed);
+  CHECK(pad.d_buffers == 64);
+  CHECK(pad.workspace_bytes == int64_t(sizeof(unsigned)) + (2 * 600 * 8 + 2 * 900 * 2) * 64 * 2);
 }
 
 // A KV cache (issue 33): what plan() refuses (the GPU test runs what it takes).

@@ -45,6 +45,14 @@
 // only the band's blocks, so the work grows as N w, not N^2), the mask of a block the band's edges
 // cross tests both ends of each row's key_range(); a softcap transforms S in softmax() before the
 // mask. v13 and v1 are the kernels that take them (plan() refuses the others).
+//
+// A packed variable-length batch (common/varlen.hpp: sequences of different lengths concatenated
+// along the token axis, Q [total_q, H, d], K and V [total_k, H_kv, d], LSE [H, total_q]) is one
+// launch, as FlashAttention's varlen call: the tiles are those of the longest sequence's padded
+// problem, (b, h, query block), and each tile reads its sequence's first token and lengths from the
+// offsets cu_q, cu_k (Packed below). Nothing else changes: the tensor maps read rows H d apart
+// (runner.cu), a tile past its sequence's last row does nothing, and the keys a block reads past
+// the sequence's end (the next sequence's first keys) lie past its N_k, where the mask already was.
 #pragma once
 #include <cuda.h>  // CUtensorMap
 
@@ -74,6 +82,14 @@ FA_HOST_DEVICE constexpr int smem_bytes(int Dq, int warps, int Bc) {
   return (4 * Bc + q_buffers(Dq, warps, Bc) * 16 * warps) * slab_width(Dq) * 2 + 1024;
 }
 
+// A packed batch as the kernel reads it (runner.hpp, Varlen): device arrays of B + 1 offsets, and
+// the token counts that bound them. cu_q == nullptr: not a packed batch (Q [B, H, N_q, d] ...).
+struct Packed {
+  const int32_t* cu_q;  // [B + 1]: sequence b has tokens cu_q[b] ... cu_q[b + 1] - 1 of Q and O
+  const int32_t* cu_k;  // [B + 1]: ... and cu_k[b] ... cu_k[b + 1] - 1 of K and V
+  int total_q, total_k;
+};
+
 // As v12, at native width Dq (32, 64, 96, 128, 192 or 256) for any head dim p.d <= Dq that is a
 // multiple of 8 (the tensor maps' rows are p.d wide: columns p.d .. D - 1 of every box arrive as
 // zeros). Shapes: kWarps = 8 (two consumer warpgroups, Br = 128), Bc = 64 or 128.
@@ -82,7 +98,8 @@ __global__ void __launch_bounds__(32 * kWarps + kProducerThreads, 1)
 forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                T* __restrict__ O, float* __restrict__ LSE, const fa::AttnProblem p, const float scale,
                const int64_t Tr, unsigned* __restrict__ tile_counter, const __grid_constant__ CUtensorMap tm_q,
-               const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v) {
+               const __grid_constant__ CUtensorMap tm_k, const __grid_constant__ CUtensorMap tm_v,
+               const Packed packed) {
   constexpr int Br = 16 * kWarps;  // 16 query rows per consumer warp, one mma row-tile each
   constexpr int D = slab_width(Dq);  // the tiles' width in shared memory, and O's in registers
   constexpr int kQ = q_buffers(Dq, kWarps, Bc);  // Q ring size: tile number k in buffer k % kQ
@@ -114,17 +131,36 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
   // Tc of them from block j0. Causal skips the blocks past its last row's diagonal; a sliding
   // window (math.md (8.1)) also those before its first row's band: the tile reads the keys from
   // key_begin(r0) to key_end(last row), as v1 and stage 04 do.
-  struct Tile {  // 32-bit where the plan bounds it (B, H, key blocks, rows), to spare registers
+  struct Tile {  // 32-bit where the plan bounds it (B, H, key blocks, rows, tokens), to spare registers
     int64_t r0;
     int b, h, j0, Tc, br;
+    int q0, k0, nq, nk;  // the sequence's first query and key token (0 unpacked), its N_q and N_k
+  };
+  // The problem as tile x's sequence sees it: its own N_q and N_k (the causal diagonal and the
+  // window follow them), as v14's does for a KV cache's lengths.
+  const auto seq = [&](const Tile& x) {
+    fa::AttnProblem s = p;
+    s.N_q = x.nq, s.N_k = x.nk;
+    return s;
   };
   const auto tile = [&](int64_t t) {
     const int64_t bh = p.causal ? t % BH : t / Tr, qb = p.causal ? Tr - 1 - t / BH : t % Tr;
-    Tile x{qb * Br, int(bh / p.H), int(bh % p.H), 0, 0, 0};
-    x.br = int(min(int64_t(Br), p.N_q - x.r0));
-    const int64_t end = p.key_end(x.r0 + x.br - 1);
-    x.j0 = int(p.key_begin(x.r0) / Bc);
-    x.Tc = int(max(int64_t(0), (end + Bc - 1) / Bc - x.j0));
+    Tile x{qb * Br, int(bh / p.H), int(bh % p.H), 0, 0, 0, 0, 0, int(p.N_q), int(p.N_k)};
+    if (packed.cu_q) {  // sequence b's tokens, clamped: a bad offsets array reads and writes nothing outside
+      const auto span = [](const int32_t* cu, int b, int total, int longest, int& first, int& n) {
+        first = min(max(cu[b], 0), total);
+        n = min(min(max(cu[b + 1], first), total) - first, longest);
+      };
+      span(packed.cu_q, x.b, packed.total_q, int(p.N_q), x.q0, x.nq);
+      span(packed.cu_k, x.b, packed.total_k, int(p.N_k), x.k0, x.nk);
+    }
+    const fa::AttnProblem s = seq(x);
+    x.br = int(min(int64_t(Br), s.N_q - x.r0));  // <= 0: past the sequence's last row, no work
+    if (x.br > 0) {
+      const int64_t end = s.key_end(x.r0 + x.br - 1);
+      x.j0 = int(s.key_begin(x.r0) / Bc);
+      x.Tc = int(max(int64_t(0), (end + Bc - 1) / Bc - x.j0));
+    }
     return x;
   };
 
@@ -160,17 +196,20 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
         break;
       }
       const Tile x = tile(t);
+      // The maps' coordinates: (row, slice) = (query row, b H + h) of [B H, N_q, d], or, packed,
+      // (token, head) of [total_q, H, d] (runner.cu makes the maps of each layout).
+      const int64_t q_slice = packed.cu_q ? x.h : int64_t(x.b) * p.H + x.h;
+      const int64_t kv_slice = packed.cu_q ? p.kv_head(x.h) : int64_t(x.b) * p.H_kv + p.kv_head(x.h);
       if (x.Tc > 0)
-        copy(Qs + qs * Br * D, Br, tm_q, int(x.r0), int64_t(x.b) * p.H + x.h, &full_q[qs]);
+        copy(Qs + qs * Br * D, Br, tm_q, x.q0 + int(x.r0), q_slice, &full_q[qs]);
       else
         ptx::mbar_arrive(&full_q[qs]);  // a tile that sees no key copies nothing: its O is 0
-      const int64_t kv_slice = int64_t(x.b) * p.H_kv + p.kv_head(x.h);
       for (int j = 0; j < x.Tc; ++j, ++n) {
         const uint32_t free = (n / 2 + 1) % 2;  // the buffer's previous use has been released
         ptx::mbar_wait(&empty_k[n % 2], free);
-        copy(Ks + (n % 2) * Bc * D, Bc, tm_k, (x.j0 + j) * Bc, kv_slice, &full_k[n % 2]);
+        copy(Ks + (n % 2) * Bc * D, Bc, tm_k, x.k0 + (x.j0 + j) * Bc, kv_slice, &full_k[n % 2]);
         ptx::mbar_wait(&empty_v[n % 2], free);
-        copy(Vs + (n % 2) * Bc * D, Bc, tm_v, (x.j0 + j) * Bc, kv_slice, &full_v[n % 2]);
+        copy(Vs + (n % 2) * Bc * D, Bc, tm_v, x.k0 + (x.j0 + j) * Bc, kv_slice, &full_v[n % 2]);
       }
       t = gridDim.x + int64_t(atomicAdd(tile_counter, 1u));
     }
@@ -200,6 +239,7 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
       const int64_t t = tile_of[qbuf];
       if (t >= n_tiles) break;
       const Tile cur = tile(t);
+      const fa::AttnProblem sp = seq(cur);  // N_q, N_k: this tile's sequence's
       const int64_t b = cur.b, h = cur.h, r0 = cur.r0;
       const int j0 = cur.j0, Tc = cur.Tc;  // key blocks j0 ... j0 + Tc - 1; the j below count from j0
       const T* Qi = Qs + qbuf * Br * D;
@@ -255,20 +295,20 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
             for (int e = 0; e < 4; ++e) s[n][e] = softcap(s[n][e] * scale, p.softcap);
         // Only a block that an edge of the band crosses is masked: past the tile's first row's
         // key_end (the diagonal, the window's right side, N_k), or before its last row's key_begin.
-        const bool mask = c0 + Bc > p.key_end(r0) || c0 < p.key_begin(r0 + Br - 1);
+        const bool mask = c0 + Bc > sp.key_end(r0) || c0 < sp.key_begin(r0 + Br - 1);
         // The window's sides as the mask below reads them: -1 unbounded, a side wider than N_q + N_k too
         // (problem.hpp), causal's right side 0. Uniform across the block.
-        const int64_t wl = p.window_left > p.N_q + p.N_k ? -1 : p.window_left;
-        const int64_t wr = p.causal ? 0 : p.window_right > p.N_q + p.N_k ? -1 : p.window_right;
+        const int64_t wl = p.window_left > sp.N_q + sp.N_k ? -1 : p.window_left;
+        const int64_t wr = p.causal ? 0 : p.window_right > sp.N_q + sp.N_k ? -1 : p.window_right;
         if (mask)
           for (int r = 0; r < 2; ++r) {
             // key_range() of the row, relative to c0 and clamped to the block: from the row's
             // diagonal key dg, the band [dg - left, dg + right], the keys below N_k. Written out,
             // with one unsigned compare per score: through key_range() and two compares, ptxas
             // spilled 108 bytes at Dq = 256 (CUDA 13.0; this form 16, v13 before the variants 32).
-            const int64_t dg = r0 + warp * 16 + g + r * 8 + (p.N_k - p.N_q) - c0;
+            const int64_t dg = r0 + warp * 16 + g + r * 8 + (sp.N_k - sp.N_q) - c0;
             const int lo = wl < 0 ? 0 : int(max(int64_t(0), min(int64_t(Bc), dg - wl)));
-            const int hi = int(max(int64_t(lo), min(min(int64_t(Bc), p.N_k - c0), wr < 0 ? int64_t(Bc) : dg + wr + 1)));
+            const int hi = int(max(int64_t(lo), min(min(int64_t(Bc), sp.N_k - c0), wr < 0 ? int64_t(Bc) : dg + wr + 1)));
             for (int n = 0; n < Bc / 8; ++n)
               for (int e = 2 * r; e < 2 * r + 2; ++e) {
                 // lo <= col < hi in one unsigned compare (col - lo wraps when col < lo)
@@ -353,6 +393,10 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
       // staging overwrites them (as in v12); above, the tensor cores' reads of them ended with the
       // last S's wgmma_wait, which every warp passed before the last P V it issued with the others.
       T* Os = Qs + qbuf * Br * D;
+      // Row i of this tile in O (rows of p.d) and in LSE: [B, H, N_q, d] and [B, H, N_q], or,
+      // packed, token q0 + i of [total_q, H, d] and of head h's row of LSE [H, total_q].
+      const auto o_row = [&](int64_t i) { return packed.cu_q ? (cur.q0 + i) * p.H + h : (b * p.H + h) * p.N_q + i; };
+      const auto lse_at = [&](int64_t i) { return packed.cu_q ? h * packed.total_q + cur.q0 + i : (b * p.H + h) * p.N_q + i; };
       __syncwarp();
       for (int r = 0; r < 2; ++r) {
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
@@ -362,7 +406,7 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
         for (int n = 0; n < D / 8; ++n)
           *reinterpret_cast<uint32_t*>(Os + swz<Br>(row, n) + 2 * t4) = ptx::pack2<T>(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
         const int64_t i = r0 + row;
-        if (t4 == 0 && i < p.N_q) LSE[p.lse_offset(b, h, i)] = l[r] == 0.f ? neg_inf : fmaf(m2[r], 0.6931471805599453f, logf(l[r]));
+        if (t4 == 0 && i < sp.N_q) LSE[lse_at(i)] = l[r] == 0.f ? neg_inf : fmaf(m2[r], 0.6931471805599453f, logf(l[r]));
       }
       __syncwarp();  // this warp's 16 rows are in; no other warp touches them
       // The 16 rows' first p.d columns, 16 bytes a lane (p.d is a multiple of 8): the zero columns
@@ -372,8 +416,8 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
         const int rr = e / pieces, cv = e % pieces;
         const int64_t i = r0 + warp * 16 + rr;
         // Ragged N_q: rows past it are not written, and no pointer to them is formed.
-        if (i < p.N_q)
-          *reinterpret_cast<uint4*>(O + p.q_offset(b, h, i) + cv * 8) = *reinterpret_cast<const uint4*>(Os + swz<Br>(warp * 16 + rr, cv));
+        if (i < sp.N_q)
+          *reinterpret_cast<uint4*>(O + o_row(i) * p.d + cv * 8) = *reinterpret_cast<const uint4*>(Os + swz<Br>(warp * 16 + rr, cv));
       }
       // The Q buffer may take the tile kQ after this one. TMA writes it next, through the async
       // proxy: this thread's reads and writes of it (ldmatrix up to Dq = 128, the staging) are
