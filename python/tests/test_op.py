@@ -11,7 +11,7 @@ import unittest
 
 import torch
 
-from util import max_err, sdpa_reference, variant_reference, visible
+from util import max_err, offsets, packed_reference, sdpa_reference, variant_reference, visible
 
 import fa_course
 
@@ -334,35 +334,6 @@ class Variants(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "--window"):
             _lib.check("fa06", _lib.lib("fa06").fa06_backward_cpu_variant(*bptrs, 1, 1, 1, 4, 4, 8, 0, 0.0, 0, 0, 0, 2,
                                                                           -4, 0.0))
-
-
-def packed_reference(q, k, v, cu_q, cu_k, causal=False, scale=None, window=None, softcap=None):
-    """(O [total_q, H, d], LSE [H, total_q]) of a packed batch in the inputs' dtype, sequence by
-    sequence: each sequence transposed to [1, H, N(b), d] and given to util.variant_reference (the
-    plain math without a variant: SDPA's, as Variants checks), the results packed back; a
-    sequence without keys gets O = 0, LSE = -inf. Differentiable (torch ops only)."""
-    H = q.shape[1]
-    os_, ls = [], []
-    for b in range(len(cu_q) - 1):
-        t0, t1, u0, u1 = cu_q[b], cu_q[b + 1], cu_k[b], cu_k[b + 1]
-        if t1 == t0:
-            continue
-        if u1 == u0:
-            os_.append(q[t0:t1] * 0)
-            ls.append(torch.full((H, t1 - t0), float("-inf"), dtype=torch.float64))
-            continue
-        seq = lambda x, a, z: x[a:z].transpose(0, 1).unsqueeze(0)  # noqa: E731
-        o, lse = variant_reference(seq(q, t0, t1), seq(k, u0, u1), seq(v, u0, u1), causal, scale, window, softcap)
-        os_.append(o[0].transpose(0, 1))
-        ls.append(lse[0].double())
-    return torch.cat(os_), torch.cat(ls, 1)
-
-
-def offsets(lens):
-    out = [0]
-    for n in lens:
-        out.append(out[-1] + n)
-    return out
 
 
 VARLEN_CASES = [  # lengths of the queries, of the keys; H, H_kv, d, causal, scale, window, softcap
