@@ -21,7 +21,7 @@ extern "C" {
 enum fa04_status {
   FA04_OK = 0,
   FA04_INVALID_ARGUMENT = 1, /* a null pointer, a size < 1, H % H_kv != 0, a bad scale or block,
-                                threads outside 0..256 */
+                                threads outside 0..256, bad offsets of a packed batch */
   FA04_OUT_OF_MEMORY = 2     /* the per-thread block buffers would not fit in 90% of the memory */
 };
 

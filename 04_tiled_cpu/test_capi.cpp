@@ -288,7 +288,7 @@ TEST_CASE("04 C ABI: fa04_forward_varlen refuses bad offsets with a status and o
       {"--kv-heads", "divisor", good_q, good_k, 2, 5, 5, 3, false},
   };
   for (const Bad& b : bad) {
-    INFO(b.what << " " << b.also);
+    INFO(std::string(b.what) << " " << b.also);
     std::vector<float> O(Q.size(), nan), L(size_t(H) * 5, nan);
     const int s = fa04_forward_varlen(Q.data(), K.data(), K.data(), O.data(), L.data(),
                                       b.null_cu ? nullptr : b.cu_q.data(), b.cu_k.data(), b.B, b.total_q, b.total_k,
