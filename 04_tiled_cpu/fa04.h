@@ -21,7 +21,7 @@ extern "C" {
 enum fa04_status {
   FA04_OK = 0,
   FA04_INVALID_ARGUMENT = 1, /* a null pointer, a size < 1, H % H_kv != 0, a bad scale or block,
-                                threads outside 0..256 */
+                                threads outside 0..256, bad offsets of a packed batch */
   FA04_OUT_OF_MEMORY = 2     /* the per-thread block buffers would not fit in 90% of the memory */
 };
 
@@ -55,6 +55,35 @@ FA04_API int fa04_forward_variant(const float* Q, const float* K, const float* V
                                   int64_t B, int64_t H, int64_t H_kv, int64_t N_q, int64_t N_k, int64_t d,
                                   int causal, float scale, int64_t Br, int64_t Bc, int threads,
                                   int64_t window_left, int64_t window_right, float softcap);
+
+/* As fa04_forward_variant, on a packed variable-length batch (issue 34; common/varlen.hpp,
+ * docs/math.md section 8; FlashAttention's flash_attn_varlen_func layout): B sequences of their
+ * own lengths concatenated along the token axis, each attended as a problem of its own (B = 1,
+ * N_q(b) queries, N_k(b) keys, the causal mask and window aligned to N_k(b) - N_q(b)); a query
+ * never sees a key of another sequence.
+ *   cu_seqlens_q, cu_seqlens_k: host int32 [B + 1] each, cumulative offsets: cu[0] = 0,
+ *       non-decreasing, cu_seqlens_q[B] = total_q and cu_seqlens_k[B] = total_k. Sequence b has
+ *       the query tokens cu_seqlens_q[b] .. cu_seqlens_q[b+1] - 1 and the key tokens
+ *       cu_seqlens_k[b] .. cu_seqlens_k[b+1] - 1; either length may be 0.
+ *   Q, O : [total_q, H, d], token-major (row t, head h at (t H + h) d), contiguous, float32
+ *   K, V : [total_k, H_kv, d]; query head h reads kv head h / (H / H_kv)
+ *   LSE  : [H, total_q], float32, natural log (head h's row is contiguous)
+ *   causal, scale, Br, Bc, threads, window_left, window_right, softcap: as fa04_forward_variant,
+ *       for every sequence; the blocks and threads are picked per sequence from Br, Bc, threads
+ *       (0: stage 04's defaults for that sequence's lengths).
+ * A sequence with no key gives its queries O = 0 and LSE = -inf, as does a row the mask leaves
+ * without a key. Runs stage 04 once per sequence (one OpenMP region each).
+ * Errors (FA04_INVALID_ARGUMENT, outputs untouched, the message naming the argument): a NULL
+ * pointer; B < 1; an offsets array whose cu[0] != 0, that decreases, or whose last entry is not
+ * total_q (names "--cu-seqlens-q") or total_k ("--cu-seqlens-k"); no query or no key in all; a
+ * sequence of more than 2^40 scores; what fa04_forward_variant refuses (heads, head dim, scale,
+ * blocks, threads, window, softcap). FA04_OUT_OF_MEMORY as fa04_forward, for any sequence.
+ * Returns when O and LSE are written. Returns an fa04_status. */
+FA04_API int fa04_forward_varlen(const float* Q, const float* K, const float* V, float* O, float* LSE,
+                                 const int32_t* cu_seqlens_q, const int32_t* cu_seqlens_k, int64_t B,
+                                 int64_t total_q, int64_t total_k, int64_t H, int64_t H_kv, int64_t d,
+                                 int causal, float scale, int64_t Br, int64_t Bc, int threads,
+                                 int64_t window_left, int64_t window_right, float softcap);
 
 /* The block sizes (rows) fa04_forward runs this problem with when given Br = Bc = 0 and
  * `threads` (tiled::blocks_for: the CPU default, smaller for short sequences and few tasks),

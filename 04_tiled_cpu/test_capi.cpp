@@ -16,6 +16,7 @@
 #include "harness.hpp"
 #include "tiled.hpp"
 #include "test_exports.hpp"
+#include "varlen.hpp"
 
 namespace {
 
@@ -185,6 +186,143 @@ TEST_CASE("04 C ABI: a bad window or softcap is refused naming its flag; outputs
   for (float x : L) CHECK(x == doctest::Approx(16.f / 4.f));  // scale 1/sqrt(16) times q.k = 16
 }
 
+namespace {
+
+// fa04_forward_varlen on the whole packed batch of `in`, into outputs poisoned with NaN.
+fa::ForwardRun forward_varlen_via_capi(const fa::Inputs& in, int64_t Br, int64_t Bc, int threads) {
+  const fa::AttnProblem& p = in.p;
+  const fa::VarlenHost& v = in.varlen;
+  fa::ForwardRun r;
+  r.O = fa::Tensor(fa::o_shape(in), std::numeric_limits<float>::quiet_NaN());
+  r.LSE = fa::Tensor(fa::lse_shape(in), std::numeric_limits<float>::quiet_NaN());
+  const int s = fa04_forward_varlen(in.Q.ptr(), in.K.ptr(), in.V.ptr(), r.O.ptr(), r.LSE.ptr(), v.cu_q.data(),
+                                    v.cu_k.data(), v.batch(), v.total_q(), v.total_k(), p.H, p.H_kv, p.d, p.causal,
+                                    p.scale, Br, Bc, threads, p.window_left, p.window_right, p.softcap);
+  REQUIRE_MESSAGE(s == FA04_OK, fa04_last_error());
+  return r;
+}
+
+bool any_nan(const fa::Tensor& t) {
+  for (float x : t.data)
+    if (std::isnan(x)) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("04 C ABI: fa04_forward_varlen gives varlen_forward(tiled::forward)'s bits on the varlen battery") {
+  // The C++ path (fa::run_forward on a packed batch: tiled::forward per sequence on offset
+  // pointers) is the one test_tiled.cpp holds to stage 01 and float64 on this battery; the C ABI
+  // must give its bits, every element written (lengths 0, 1, 127, 129, 1000, N_q != N_k, windows,
+  // softcaps, GQA and MQA, 40 short sequences).
+  for (const fa::Case& c : fa::varlen_battery()) {
+    INFO(c.name);
+    const fa::Inputs in = fa::case_inputs(c);
+    for (auto [Br, Bc] : {std::pair<int64_t, int64_t>{0, 0}, {7, 13}}) {
+      INFO("Br=" << Br << " Bc=" << Bc);
+      const fa::ForwardRun direct = fa::run_forward(
+          [&](const fa::AttnProblem& q, const float* Q, const float* K, const float* V, float* O, float* L) {
+            tiled::Blocks b;
+            b.Br = Br, b.Bc = Bc, b.threads = 2;
+            tiled::forward<float>(q, Q, K, V, O, L, b);
+          }, in);
+      const fa::ForwardRun via = forward_varlen_via_capi(in, Br, Bc, 2);
+      CHECK(fa::same_bits(direct.O, via.O));
+      CHECK(fa::same_bits(direct.LSE, via.LSE));
+      CHECK_FALSE(any_nan(via.O));
+      CHECK_FALSE(any_nan(via.LSE));
+    }
+  }
+}
+
+TEST_CASE("04 C ABI: fa04_forward_varlen of one sequence is fa04_forward_variant's [1, H, N, d] problem") {
+  // The layouts differ (token-major [N, H, d] and LSE [H, N] against [1, H, N, d] and [1, H, N]),
+  // the numbers must not: the same sequence, transposed, through the two doors.
+  for (bool causal : {false, true}) {
+    fa::AttnProblem p = fa::make_problem(1, 4, 2, 150, 97, 24, causal);
+    p.scale = 0.7f, p.window_left = 20, p.window_right = causal ? 0 : 5, p.softcap = 7.5f;
+    INFO(p.describe());
+    const fa::Inputs plain = fa::random_inputs(p, 21);
+    const fa::ForwardRun a = fa::run_forward(
+        [&](const fa::AttnProblem& q, const float* Q, const float* K, const float* V, float* O, float* L) {
+          REQUIRE(fa04_forward_variant(Q, K, V, O, L, 1, q.H, q.H_kv, q.N_q, q.N_k, q.d, q.causal, q.scale, 0, 0, 2,
+                                       q.window_left, q.window_right, q.softcap) == FA04_OK);
+        }, plain);
+    fa::Inputs packed;
+    packed.varlen = fa::VarlenHost{{0, int32_t(p.N_q)}, {0, int32_t(p.N_k)}};
+    packed.p = fa::varlen_problem(p, packed.varlen);
+    packed.Q = fa::Tensor({p.N_q, p.H, p.d}), packed.K = fa::Tensor({p.N_k, p.H_kv, p.d});
+    packed.V = fa::Tensor({p.N_k, p.H_kv, p.d});
+    fa::scatter_rows(plain.Q, p.H, p.d, 0, p.N_q, packed.Q);
+    fa::scatter_rows(plain.K, p.H_kv, p.d, 0, p.N_k, packed.K);
+    fa::scatter_rows(plain.V, p.H_kv, p.d, 0, p.N_k, packed.V);
+    const fa::ForwardRun b = forward_varlen_via_capi(packed, 0, 0, 2);
+    CHECK(fa::same_bits(fa::gather_rows(b.O, p.H, p.d, 0, p.N_q), a.O));
+    CHECK(std::memcmp(b.LSE.ptr(), a.LSE.ptr(), size_t(a.LSE.numel()) * sizeof(float)) == 0);  // [H, N] = [1, H, N]
+  }
+}
+
+TEST_CASE("04 C ABI: fa04_forward_varlen refuses bad offsets with a status and one line; outputs untouched") {
+  // Two sequences of 3 and 2 queries, 4 and 1 keys, H = 2, H_kv = 1, d = 8.
+  const int64_t H = 2, H_kv = 1, d = 8;
+  std::vector<float> Q(5 * H * d, 1.f), K(5 * H_kv * d, 1.f);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  struct Bad {
+    const char* what;  // words the message must contain
+    const char* also;
+    std::vector<int32_t> cu_q, cu_k;
+    int64_t B, total_q, total_k, H_kv;
+    bool null_cu;
+  };
+  const std::vector<int32_t> good_q = {0, 3, 5}, good_k = {0, 4, 5};
+  const Bad bad[] = {
+      {"--cu-seqlens-q", "cu[0] = 1", {1, 3, 5}, good_k, 2, 5, 5, H_kv, false},
+      {"--cu-seqlens-k", "cu[2] = 3 < cu[1] = 4", good_q, {0, 4, 3}, 2, 5, 3, H_kv, false},
+      {"--cu-seqlens-q", "total_q = 6", good_q, good_k, 2, 6, 5, H_kv, false},
+      {"--cu-seqlens-k", "total_k = 4", good_q, good_k, 2, 5, 4, H_kv, false},
+      {"--cu-seqlens-q", "B = 0", good_q, good_k, 0, 5, 5, H_kv, false},
+      {"--cu-seqlens-q", "B = -3", good_q, good_k, -3, 5, 5, H_kv, false},
+      {"--cu-seqlens-q", "at least one query", {0, 0, 0}, good_k, 2, 0, 5, H_kv, false},
+      {"--cu-seqlens-k", "at least one key", good_q, {0, 0, 0}, 2, 5, 0, H_kv, false},
+      {"cu_seqlens_q", "NULL", good_q, good_k, 2, 5, 5, H_kv, true},
+      {"--kv-heads", "divisor", good_q, good_k, 2, 5, 5, 3, false},
+  };
+  for (const Bad& b : bad) {
+    INFO(std::string(b.what) << " " << b.also);
+    std::vector<float> O(Q.size(), nan), L(size_t(H) * 5, nan);
+    const int s = fa04_forward_varlen(Q.data(), K.data(), K.data(), O.data(), L.data(),
+                                      b.null_cu ? nullptr : b.cu_q.data(), b.cu_k.data(), b.B, b.total_q, b.total_k,
+                                      H, b.H_kv, d, 0, 0.f, 0, 0, 0, -1, -1, 0.f);
+    CHECK(s == FA04_INVALID_ARGUMENT);
+    const std::string msg = fa04_last_error();
+    CHECK(msg.find(b.what) != std::string::npos);
+    CHECK(msg.find(b.also) != std::string::npos);
+    CHECK(msg.find('\n') == std::string::npos);
+    for (float x : O) CHECK(std::isnan(x));
+    for (float x : L) CHECK(std::isnan(x));
+  }
+  // The variant and size checks are fa04_forward_variant's, with their words.
+  std::vector<float> O(Q.size(), nan), L(size_t(H) * 5, nan);
+  CHECK(fa04_forward_varlen(Q.data(), K.data(), K.data(), O.data(), L.data(), good_q.data(), good_k.data(), 2, 5, 5,
+                            H, H_kv, d, 0, 0.f, 0, 0, 0, -2, 0, 0.f) == FA04_INVALID_ARGUMENT);
+  CHECK(std::string(fa04_last_error()).find("--window") != std::string::npos);
+  CHECK(fa04_forward_varlen(Q.data(), K.data(), K.data(), O.data(), L.data(), good_q.data(), good_k.data(), 2, 5, 5,
+                            H, H_kv, d, 0, -1.f, 0, 0, 0, -1, -1, 0.f) == FA04_INVALID_ARGUMENT);
+  CHECK(std::string(fa04_last_error()).find("--scale") != std::string::npos);
+  CHECK(fa04_forward_varlen(Q.data(), K.data(), K.data(), O.data(), L.data(), good_q.data(), good_k.data(), 2, 5, 5,
+                            H, H_kv, 0, 0, 0.f, 0, 0, 0, -1, -1, 0.f) == FA04_INVALID_ARGUMENT);
+  CHECK(std::string(fa04_last_error()).find("--head-dim") != std::string::npos);
+  for (float x : O) CHECK(std::isnan(x));
+  // A good call clears the message; all-ones inputs give O = 1 and LSE = log(N_k(b)) + scale q.k.
+  CHECK(fa04_forward_varlen(Q.data(), K.data(), K.data(), O.data(), L.data(), good_q.data(), good_k.data(), 2, 5, 5,
+                            H, H_kv, d, 0, 0.f, 0, 0, 0, -1, -1, 0.f) == FA04_OK);
+  CHECK(std::string(fa04_last_error()).empty());
+  for (float x : O) CHECK(x == doctest::Approx(1.f));
+  const float qk = float(d) / std::sqrt(float(d));
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t t = 0; t < 5; ++t) CHECK(L[size_t(h * 5 + t)] == doctest::Approx(qk + std::log(t < 3 ? 4.f : 1.f)));
+}
+
 TEST_CASE("04 C ABI: libfa04.so exports fa04_* and nothing else") {
   // The library this test runs, as the dynamic linker loaded it.
   const std::string path = fa::test::loaded_library("libfa04.so");
@@ -195,7 +333,7 @@ TEST_CASE("04 C ABI: libfa04.so exports fa04_* and nothing else") {
     if (sym.rfind("fa04_", 0) == 0) ++fa04;
     else CHECK(false);
   }
-  CHECK(fa04 == 7);  // the seven functions of fa04.h
+  CHECK(fa04 == 8);  // the eight functions of fa04.h
 }
 
 TEST_CASE("04 C ABI: block buffers larger than the memory are refused before any allocation") {

@@ -10,6 +10,7 @@
 #include "errors.hpp"
 #include "fa06.h"
 #include "problem.hpp"
+#include "varlen.hpp"
 
 #if FA06_GPU
 #include <cuda_runtime.h>
@@ -73,6 +74,40 @@ int backward_cpu_problem(const float* Q, const float* K, const float* V, const f
   }
 }
 
+// fa06_backward_cpu_varlen: the same checks on the packed batch (common/varlen.hpp), then stage
+// 06's CPU backward on each sequence's offset pointers (varlen_backward).
+int backward_cpu_varlen(const float* Q, const float* K, const float* V, const float* O, const float* dO,
+                        const float* LSE, float* dQ, float* dK, float* dV, const int32_t* cu_q, const int32_t* cu_k,
+                        int64_t B, int64_t total_q, int64_t total_k, const fa::AttnProblem& p, int64_t Br, int64_t Bc,
+                        int threads) {
+  if (!Q || !K || !V || !O || !dO || !LSE || !dQ || !dK || !dV)
+    return fail(FA06_INVALID_ARGUMENT, "Q, K, V, O, dO, LSE, dQ, dK, dV: expected pointers, found NULL");
+  if (!cu_q || !cu_k) return fail(FA06_INVALID_ARGUMENT, "cu_seqlens_q, cu_seqlens_k: expected pointers, found NULL");
+  if (int s = check_scale(p.scale)) return s;
+  if (Br < 0 || Bc < 0)
+    return fail(FA06_INVALID_ARGUMENT, "--block-q/--block-k: expected block sizes >= 0 (0: the default), found Br=" +
+                                           std::to_string(Br) + " Bc=" + std::to_string(Bc));
+  if (threads < 0 || threads > 256)
+    return fail(FA06_INVALID_ARGUMENT, "--threads: expected 0 (all) to 256, found " + std::to_string(threads));
+  try {
+    const fa::VarlenHost v = fa::varlen_from_arrays(cu_q, cu_k, B, total_q, total_k);
+    fa::validate_varlen_problem(p, v);  // heads, head dim, variants; each sequence's size
+    bwd::Blocks blk;
+    blk.Br = Br, blk.Bc = Bc, blk.threads = threads;
+    fa::varlen_backward(
+        [&](const fa::AttnProblem& q, const float* Qb, const float* Kb, const float* Vb, const float* Ob,
+            const float* dOb, const float* Lb, float* dQb, float* dKb, float* dVb) {
+          bwd::backward<float>(q, Qb, Kb, Vb, Ob, dOb, Lb, dQb, dKb, dVb, blk);
+        },
+        p, v, Q, K, V, O, dO, LSE, dQ, dK, dV);
+    return FA06_OK;
+  } catch (const fa::InputError& e) {
+    return fail(FA06_INVALID_ARGUMENT, e.what());
+  } catch (const std::bad_alloc&) {
+    return fail(FA06_OUT_OF_MEMORY, "host memory exhausted (the offsets' copies, D and the block buffers, "
+                                    "O(threads * (Br + Bc) * d))");
+  }
+}
 
 #if FA06_GPU
 int check_dtype(int dtype) {
@@ -178,6 +213,18 @@ int fa06_backward_cpu_variant(const float* Q, const float* K, const float* V, co
   return backward_cpu_problem(Q, K, V, O, dO, LSE, dQ, dK, dV,
                               make(B, H, H_kv, N_q, N_k, d, causal, scale, window_left, window_right, softcap), Br,
                               Bc, threads);
+}
+
+int fa06_backward_cpu_varlen(const float* Q, const float* K, const float* V, const float* O, const float* dO,
+                             const float* LSE, float* dQ, float* dK, float* dV, const int32_t* cu_seqlens_q,
+                             const int32_t* cu_seqlens_k, int64_t B, int64_t total_q, int64_t total_k, int64_t H,
+                             int64_t H_kv, int64_t d, int causal, float scale, int64_t Br, int64_t Bc, int threads,
+                             int64_t window_left, int64_t window_right, float softcap) {
+  g_error.clear();
+  // B, N_q, N_k of the problem are the sequences' (sequence_problem); 1 keeps make() whole.
+  return backward_cpu_varlen(Q, K, V, O, dO, LSE, dQ, dK, dV, cu_seqlens_q, cu_seqlens_k, B, total_q, total_k,
+                             make(1, H, H_kv, 1, 1, d, causal, scale, window_left, window_right, softcap), Br, Bc,
+                             threads);
 }
 
 #if FA06_GPU

@@ -62,6 +62,29 @@ FA06_API int fa06_backward_cpu_variant(const float* Q, const float* K, const flo
                                        int causal, float scale, int64_t Br, int64_t Bc, int threads,
                                        int64_t window_left, int64_t window_right, float softcap);
 
+/* As fa06_backward_cpu_variant, on a packed variable-length batch (issue 34; common/varlen.hpp,
+ * docs/math.md section 8), the backward of fa04_forward_varlen: each sequence's gradients as a
+ * problem of its own (B = 1, N_q(b) queries, N_k(b) keys, its mask aligned to N_k(b) - N_q(b)).
+ *   cu_seqlens_q, cu_seqlens_k: host int32 [B + 1] each, as fa04_forward_varlen's (cu[0] = 0,
+ *       non-decreasing, cu_seqlens_q[B] = total_q, cu_seqlens_k[B] = total_k; lengths may be 0).
+ *   Q, O, dO, dQ : [total_q, H, d], token-major, contiguous, float32
+ *   K, V, dK, dV : [total_k, H_kv, d]; query head h reads kv head h / (H / H_kv)
+ *   LSE          : [H, total_q], float32, natural log, as the forward returned it
+ *   causal, scale, Br, Bc, threads, window_left, window_right, softcap: as
+ *       fa06_backward_cpu_variant, for every sequence, as the forward had them.
+ * A sequence with no key gets dQ = 0 on its queries; one with no query dK = dV = 0 on its keys;
+ * rows and keys the mask leaves alone likewise. Runs stage 06 once per sequence.
+ * Errors (FA06_INVALID_ARGUMENT, outputs untouched, the message naming the argument): a NULL
+ * pointer; B < 1; an offsets array whose cu[0] != 0, that decreases, or whose last entry is not
+ * total_q (names "--cu-seqlens-q") or total_k ("--cu-seqlens-k"); no query or no key in all; a
+ * sequence of more than 2^40 scores; what fa06_backward_cpu_variant refuses. */
+FA06_API int fa06_backward_cpu_varlen(const float* Q, const float* K, const float* V, const float* O,
+                                      const float* dO, const float* LSE, float* dQ, float* dK, float* dV,
+                                      const int32_t* cu_seqlens_q, const int32_t* cu_seqlens_k, int64_t B,
+                                      int64_t total_q, int64_t total_k, int64_t H, int64_t H_kv, int64_t d,
+                                      int causal, float scale, int64_t Br, int64_t Bc, int threads,
+                                      int64_t window_left, int64_t window_right, float softcap);
+
 /* ---- GPU (runner_bwd.hpp), device pointers ---------------------------------------------------- */
 
 /* The same gradients with GPU kernel `kernel` ("gpu_v1", "gpu_v2", ... fa06_kernel_name; "auto"

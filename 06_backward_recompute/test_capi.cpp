@@ -17,6 +17,7 @@
 #include "harness.hpp"
 #include "tiled.hpp"
 #include "test_exports.hpp"
+#include "varlen.hpp"
 
 namespace {
 
@@ -239,6 +240,141 @@ TEST_CASE("06 C ABI: fa06_backward_variant: a window the GPU plan does not take 
                               nullptr) == FA06_INVALID_ARGUMENT);
 }
 
+namespace {
+
+// fa06_backward_cpu_varlen on the whole packed batch of `in` (dO: in.dO), from the forward `fwd`
+// (O [total_q, H, d], LSE [H, total_q]), into gradients poisoned with NaN.
+fa::BackwardRun backward_varlen_via_capi(const fa::Inputs& in, const fa::ForwardRun& fwd, int64_t Br, int64_t Bc) {
+  const fa::AttnProblem& p = in.p;
+  const fa::VarlenHost& v = in.varlen;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  fa::BackwardRun r;
+  r.dQ = fa::Tensor(in.Q.shape, nan), r.dK = fa::Tensor(in.K.shape, nan), r.dV = fa::Tensor(in.V.shape, nan);
+  const int s = fa06_backward_cpu_varlen(in.Q.ptr(), in.K.ptr(), in.V.ptr(), fwd.O.ptr(), in.dO.ptr(), fwd.LSE.ptr(),
+                                         r.dQ.ptr(), r.dK.ptr(), r.dV.ptr(), v.cu_q.data(), v.cu_k.data(), v.batch(),
+                                         v.total_q(), v.total_k(), p.H, p.H_kv, p.d, p.causal, p.scale, Br, Bc, 2,
+                                         p.window_left, p.window_right, p.softcap);
+  REQUIRE_MESSAGE(s == FA06_OK, fa06_last_error());
+  return r;
+}
+
+bool any_nan(const fa::Tensor& t) {
+  for (float x : t.data)
+    if (std::isnan(x)) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("06 C ABI: fa06_backward_cpu_varlen gives varlen_backward(bwd::backward)'s bits on the varlen battery") {
+  // The C++ path (fa::run_backward on a packed batch: bwd::backward per sequence on offset
+  // pointers) is the one test_backward.cpp holds to stage 01 and float64 on this battery; the C
+  // ABI must give its bits, every element written (dQ = 0 where a sequence has no key, dK = dV = 0
+  // where it has no query).
+  for (const fa::Case& c : fa::varlen_backward_battery()) {
+    INFO(c.name);
+    const fa::Inputs in = fa::case_inputs(c);
+    const fa::ForwardRun fwd = fa::run_forward(forward04, in);  // per sequence: the O and LSE the op pairs
+    for (auto [Br, Bc] : {std::pair<int64_t, int64_t>{0, 0}, {7, 13}}) {
+      INFO("Br=" << Br << " Bc=" << Bc);
+      const fa::BackwardRun direct = fa::run_backward(
+          [&](const fa::AttnProblem& q, const float* Q, const float* K, const float* V, const float* O,
+              const float* dO, const float* L, float* dQ, float* dK, float* dV) {
+            bwd::Blocks b;
+            b.Br = Br, b.Bc = Bc, b.threads = 2;
+            bwd::backward<float>(q, Q, K, V, O, dO, L, dQ, dK, dV, b);
+          }, in, fwd);
+      const fa::BackwardRun via = backward_varlen_via_capi(in, fwd, Br, Bc);
+      CHECK(fa::same_bits(direct.dQ, via.dQ));
+      CHECK(fa::same_bits(direct.dK, via.dK));
+      CHECK(fa::same_bits(direct.dV, via.dV));
+      CHECK_FALSE(any_nan(via.dQ));
+      CHECK_FALSE(any_nan(via.dK));
+      CHECK_FALSE(any_nan(via.dV));
+    }
+  }
+}
+
+TEST_CASE("06 C ABI: fa06_backward_cpu_varlen of one sequence is fa06_backward_cpu_variant's [1, H, N, d] problem") {
+  for (bool causal : {false, true}) {
+    fa::AttnProblem p = fa::make_problem(1, 4, 2, 131, 77, 40, causal);
+    p.scale = 0.6f, p.window_left = 30, p.window_right = causal ? 0 : 4, p.softcap = 5.f;
+    INFO(p.describe());
+    fa::Inputs plain = fa::random_inputs(p, 31);
+    fa::add_grad_output(plain, "", 32);
+    const fa::ForwardRun fa_ = fa::run_forward(forward04, plain);
+    const fa::BackwardRun a = fa::run_backward(
+        [&](const fa::AttnProblem& q, const float* Q, const float* K, const float* V, const float* O, const float* dO,
+            const float* L, float* dQ, float* dK, float* dV) {
+          REQUIRE(fa06_backward_cpu_variant(Q, K, V, O, dO, L, dQ, dK, dV, 1, q.H, q.H_kv, q.N_q, q.N_k, q.d,
+                                            q.causal, q.scale, 0, 0, 2, q.window_left, q.window_right,
+                                            q.softcap) == FA06_OK);
+        }, plain, fa_);
+    // The same sequence token-major: [N, H, d] and LSE [H, N] (= [1, H, N]).
+    fa::Inputs packed;
+    packed.varlen = fa::VarlenHost{{0, int32_t(p.N_q)}, {0, int32_t(p.N_k)}};
+    packed.p = fa::varlen_problem(p, packed.varlen);
+    const auto pack = [](const fa::Tensor& X, int64_t heads, int64_t d, int64_t n) {
+      fa::Tensor Y({n, heads, d});
+      fa::scatter_rows(X, heads, d, 0, n, Y);
+      return Y;
+    };
+    packed.Q = pack(plain.Q, p.H, p.d, p.N_q), packed.dO = pack(plain.dO, p.H, p.d, p.N_q);
+    packed.K = pack(plain.K, p.H_kv, p.d, p.N_k), packed.V = pack(plain.V, p.H_kv, p.d, p.N_k);
+    fa::ForwardRun fb;
+    fb.O = pack(fa_.O, p.H, p.d, p.N_q), fb.LSE = fa_.LSE;
+    const fa::BackwardRun b = backward_varlen_via_capi(packed, fb, 0, 0);
+    CHECK(fa::same_bits(fa::gather_rows(b.dQ, p.H, p.d, 0, p.N_q), a.dQ));
+    CHECK(fa::same_bits(fa::gather_rows(b.dK, p.H_kv, p.d, 0, p.N_k), a.dK));
+    CHECK(fa::same_bits(fa::gather_rows(b.dV, p.H_kv, p.d, 0, p.N_k), a.dV));
+  }
+}
+
+TEST_CASE("06 C ABI: fa06_backward_cpu_varlen refuses bad offsets with a status and one line; outputs untouched") {
+  const int64_t H = 2, H_kv = 1, d = 8;
+  std::vector<float> X(5 * H * d, 1.f), L(size_t(H) * 5, 0.f);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  struct Bad {
+    const char* what;
+    const char* also;
+    std::vector<int32_t> cu_q, cu_k;
+    int64_t B, total_q, total_k;
+    bool null_cu;
+  };
+  const std::vector<int32_t> good_q = {0, 3, 5}, good_k = {0, 4, 5};
+  const Bad bad[] = {
+      {"--cu-seqlens-q", "cu[0] = 2", {2, 3, 5}, good_k, 2, 5, 5, false},
+      {"--cu-seqlens-q", "cu[2] = 5 < cu[1] = 6", {0, 6, 5}, good_k, 2, 5, 5, false},
+      {"--cu-seqlens-k", "total_k = 6", good_q, good_k, 2, 5, 6, false},
+      {"--cu-seqlens-q", "B = 0", good_q, good_k, 0, 5, 5, false},
+      {"cu_seqlens_k", "NULL", good_q, good_k, 2, 5, 5, true},
+  };
+  for (const Bad& b : bad) {
+    INFO(std::string(b.what) << " " << b.also);
+    std::vector<float> dQ(X.size(), nan), dK(5 * H_kv * d, nan), dV(5 * H_kv * d, nan);
+    const int s = fa06_backward_cpu_varlen(X.data(), X.data(), X.data(), X.data(), X.data(), L.data(), dQ.data(),
+                                           dK.data(), dV.data(), b.cu_q.data(), b.null_cu ? nullptr : b.cu_k.data(),
+                                           b.B, b.total_q, b.total_k, H, H_kv, d, 0, 0.f, 0, 0, 0, -1, -1, 0.f);
+    CHECK(s == FA06_INVALID_ARGUMENT);
+    const std::string msg = fa06_last_error();
+    CHECK(msg.find(b.what) != std::string::npos);
+    CHECK(msg.find(b.also) != std::string::npos);
+    CHECK(msg.find('\n') == std::string::npos);
+    for (const auto* t : {&dQ, &dK, &dV})
+      for (float x : *t) CHECK(std::isnan(x));
+  }
+  std::vector<float> dQ(X.size(), nan), dK(5 * H_kv * d, nan), dV(5 * H_kv * d, nan);
+  CHECK(fa06_backward_cpu_varlen(X.data(), X.data(), X.data(), X.data(), X.data(), L.data(), dQ.data(), dK.data(),
+                                 dV.data(), good_q.data(), good_k.data(), 2, 5, 5, H, H_kv, d, 0, 0.f, 0, 0, 0, -1, -1,
+                                 -2.f) == FA06_INVALID_ARGUMENT);
+  CHECK(std::string(fa06_last_error()).find("--softcap") != std::string::npos);
+  CHECK(fa06_backward_cpu_varlen(X.data(), X.data(), X.data(), X.data(), X.data(), L.data(), dQ.data(), dK.data(),
+                                 dV.data(), good_q.data(), good_k.data(), 2, 5, 5, H, H_kv, d, 0, 0.f, 0, 0, 300, -1, -1,
+                                 0.f) == FA06_INVALID_ARGUMENT);
+  CHECK(std::string(fa06_last_error()).find("--threads") != std::string::npos);
+  for (float x : dQ) CHECK(std::isnan(x));
+}
+
 TEST_CASE("06 C ABI: libfa06.so exports fa06_* and nothing else") {
   // The library this test runs, as the dynamic linker loaded it.
   const std::string path = fa::test::loaded_library("libfa06.so");
@@ -249,7 +385,7 @@ TEST_CASE("06 C ABI: libfa06.so exports fa06_* and nothing else") {
     if (sym.rfind("fa06_", 0) == 0) ++fa06;
     else CHECK(false);
   }
-  CHECK(fa06 == 12);  // the twelve functions of fa06.h, with or without the GPU half
+  CHECK(fa06 == 13);  // the thirteen functions of fa06.h, with or without the GPU half
 }
 
 TEST_CASE("06 C ABI: the GPU half refuses before it touches a GPU") {

@@ -31,6 +31,25 @@ void validate_varlen(const VarlenHost& v) {
   if (v.total_k() < 1) throw InputError("--cu-seqlens-k", "at least one key in the batch (cu[B] >= 1)", "cu[B] = 0");
 }
 
+VarlenHost varlen_from_arrays(const int32_t* cu_q, const int32_t* cu_k, int64_t B, int64_t total_q, int64_t total_k) {
+  // B first: it sizes the copies (a garbage B would otherwise read past the caller's arrays or
+  // ask for terabytes). int32 offsets cannot describe more than 2^31 - 1 tokens, nor need more
+  // sequences than that plus empty ones; 2^31 - 2 keeps B + 1 an int32 count too.
+  if (B < 1 || B > (int64_t(1) << 31) - 2)
+    throw InputError("--cu-seqlens-q", "B >= 1 sequences (at most 2^31 - 2)", "B = " + std::to_string(B));
+  VarlenHost v;
+  v.cu_q.assign(cu_q, cu_q + B + 1);
+  v.cu_k.assign(cu_k, cu_k + B + 1);
+  validate_varlen(v);
+  if (v.total_q() != total_q)
+    throw InputError("--cu-seqlens-q", "cu[B] = total_q = " + std::to_string(total_q) + " (Q's tokens)",
+                     "cu[" + std::to_string(B) + "] = " + std::to_string(v.total_q()));
+  if (v.total_k() != total_k)
+    throw InputError("--cu-seqlens-k", "cu[B] = total_k = " + std::to_string(total_k) + " (K's and V's tokens)",
+                     "cu[" + std::to_string(B) + "] = " + std::to_string(v.total_k()));
+  return v;
+}
+
 AttnProblem sequence_problem(const AttnProblem& p, const VarlenHost& v, int64_t b) {
   AttnProblem s = p;
   s.B = 1;

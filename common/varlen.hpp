@@ -54,6 +54,13 @@ void validate_cu_seqlens(const std::vector<int32_t>& cu, const std::string& flag
 // --cu-seqlens-k.
 void validate_varlen(const VarlenHost& v);
 
+// The packed batch a C caller describes (fa04_forward_varlen, fa06_backward_cpu_varlen): B + 1
+// offsets each, copied from the host arrays cu_q and cu_k, checked as validate_varlen(), and their
+// last entries held to the tensors' token counts (cu_q[B] = total_q, cu_k[B] = total_k). Throws
+// InputError naming --cu-seqlens-q or --cu-seqlens-k (B < 1: --cu-seqlens-q). The arrays must
+// hold B + 1 entries each; null pointers are the caller's to refuse.
+VarlenHost varlen_from_arrays(const int32_t* cu_q, const int32_t* cu_k, int64_t B, int64_t total_q, int64_t total_k);
+
 // The problem of sequence b (0 <= b < B): p's heads, head dim, masks, scale and softcap, B = 1,
 // N_q(b) queries, N_k(b) keys, token-major rows and LSE rows total_q apart. Its pointers are Q
 // + cu_q[b] H d, K and V + cu_k[b] H_kv d, O like Q, LSE + cu_q[b] (varlen_forward() offsets

@@ -11,9 +11,10 @@ What runs (kernel="auto"):
                           stage 06's fastest backward (fa06_runs("auto"))
     CUDA float32          stage 05's v1 and stage 06's gpu_v1
     o = fa_course.decode(q, k_cache, v_cache, cache_lens=lens, block_table=table)  # a KV cache (v14)
+    o = fa_course.attention_varlen(q, k, v, cu_q, cu_k, causal=True)  # a packed batch: q [total_q,H,d]
 The op is fa_course::attention_fwd (returns O and LSE) with its backward fa_course::attention_bwd,
 both torch.library custom ops, so autograd, torch.compile and torch.library.opcheck see them.
 """
-from ._op import attention, decode, kernels_for, library_paths
+from ._op import attention, attention_varlen, decode, kernels_for, library_paths
 
-__all__ = ["attention", "decode", "kernels_for", "library_paths"]
+__all__ = ["attention", "attention_varlen", "decode", "kernels_for", "library_paths"]

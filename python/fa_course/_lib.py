@@ -19,6 +19,7 @@ _SIGS = {
     "fa04": {
         "fa04_forward": ([vp] * 5 + [i64] * 6 + [c_int, c_float, i64, i64, c_int], c_int),
         "fa04_forward_variant": ([vp] * 5 + [i64] * 6 + [c_int, c_float, i64, i64, c_int, i64, i64, c_float], c_int),
+        "fa04_forward_varlen": ([vp] * 7 + [i64] * 6 + [c_int, c_float, i64, i64, c_int, i64, i64, c_float], c_int),
         "fa04_last_error": ([], ctypes.c_char_p),
     },
     "fa05": {
@@ -27,6 +28,8 @@ _SIGS = {
                                  c_int),
         "fa05_forward_kvcache": ([ctypes.c_char_p] + [vp] * 5 + [i64] * 6 + [c_int, c_int, c_float, vp, vp]
                                  + [i64] * 3 + [vp], c_int),
+        "fa05_forward_varlen": ([ctypes.c_char_p] + [vp] * 7 + [i64] * 8 + [c_int, c_int, c_float, i64, i64, c_float, vp],
+                                c_int),
         "fa05_runs": ([ctypes.c_char_p, i64, c_int], ctypes.c_char_p),
         "fa05_kernel_count": ([], c_int),
         "fa05_kernel_name": ([c_int], ctypes.c_char_p),
@@ -35,6 +38,8 @@ _SIGS = {
     "fa06": {
         "fa06_backward_cpu": ([vp] * 9 + [i64] * 6 + [c_int, c_float, i64, i64, c_int], c_int),
         "fa06_backward_cpu_variant": ([vp] * 9 + [i64] * 6 + [c_int, c_float, i64, i64, c_int, i64, i64, c_float], c_int),
+        "fa06_backward_cpu_varlen": ([vp] * 11 + [i64] * 6 + [c_int, c_float, i64, i64, c_int, i64, i64, c_float],
+                                     c_int),
         "fa06_backward": ([ctypes.c_char_p] + [vp] * 9 + [i64] * 6 + [c_int, c_int, c_float, vp], c_int),
         "fa06_backward_variant": ([ctypes.c_char_p] + [vp] * 9 + [i64] * 6
                                   + [c_int, c_int, c_float, i64, i64, c_float, vp], c_int),
@@ -43,6 +48,11 @@ _SIGS = {
         "fa06_last_error": ([], ctypes.c_char_p),
     },
 }
+
+# Functions a library built before them lacks: lib() leaves them out instead of failing, so the
+# rest of the library still loads; the op that needs one says so when it is called
+# (fa05_forward_varlen: the GPU forward of attention_varlen()).
+_OPTIONAL = {"fa05_forward_varlen"}
 
 
 def candidates(name):
@@ -64,7 +74,12 @@ def lib(name):
             if path.is_file():
                 handle = ctypes.CDLL(str(path))
                 for fn, (args, res) in _SIGS[name].items():
-                    f = getattr(handle, fn)
+                    try:
+                        f = getattr(handle, fn)
+                    except AttributeError:
+                        if fn in _OPTIONAL:
+                            continue
+                        raise
                     f.argtypes, f.restype = args, res
                 handle.path = str(path)
                 _loaded[name] = handle
@@ -74,6 +89,16 @@ def lib(name):
             raise RuntimeError(f"lib{name}.so: expected a build of the course (scripts/build.sh; "
                                f"or set FA_COURSE_BUILD), found none at {where}")
     return _loaded[name]
+
+
+def function(name, fn):
+    """lib(name)'s function fn; RuntimeError naming the library if this build lacks it (_OPTIONAL)."""
+    handle = lib(name)
+    try:
+        return getattr(handle, fn)
+    except AttributeError:
+        raise RuntimeError(f"{fn}: expected it in lib{name}.so (a build of the course that has it), found a library "
+                           f"without it at {handle.path}") from None
 
 
 def check(name, status):

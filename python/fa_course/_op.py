@@ -146,13 +146,18 @@ def _valid_scale(scale):
     return _F32_TINY <= scale <= _F32_MAX
 
 
-def _check_saved(do, q, o, lse):
-    """The backward's extra inputs: dO and O as q (shape, dtype, device), LSE [B, H, N_q] float32."""
+def _check_saved_like(do, q, o):
+    """dO and O: tensors like q (shape, dtype, device)."""
     for name, t in (("dO", do), ("o", o)):
         if not isinstance(t, torch.Tensor) or t.shape != q.shape or t.dtype != q.dtype or t.device != q.device:
             raise ValueError(f"{name}: expected a tensor like q ({tuple(q.shape)}, {q.dtype}, {q.device}), found "
                              f"{tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}"
                              f"{', ' + str(t.dtype) + ', ' + str(t.device) if isinstance(t, torch.Tensor) else ''}")
+
+
+def _check_saved(do, q, o, lse):
+    """The backward's extra inputs: dO and O as q (shape, dtype, device), LSE [B, H, N_q] float32."""
+    _check_saved_like(do, q, o)
     want = tuple(q.shape[:3])
     if not isinstance(lse, torch.Tensor) or tuple(lse.shape) != want or lse.dtype != torch.float32 or lse.device != q.device:
         raise ValueError(f"lse: expected float32 [B, H, N_q] = {want} on {q.device}, found "
@@ -441,4 +446,283 @@ def decode(q, k_cache, v_cache, *, cache_lens=None, block_table=None, causal=Fal
         raise TypeError(f"causal: expected True or False, found {causal!r}")
     o, lse = decode_fwd(q, k_cache, v_cache, cache_lens, block_table, causal, 0.0 if scale is None else float(scale),
                         kernel, validate)
+    return (o, lse) if return_lse else o
+
+
+# ---- packed variable-length batches (issue 34; common/varlen.hpp gives the semantics) --------
+
+_I32_MAX = 2 ** 31 - 1
+
+
+def _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale, kernel, window_left=-1, window_right=-1,
+                  softcap=0.0):
+    """The varlen ops' checks that read no tensor's values (the fakes make them too): the packed
+    tensors [total, heads, d], the offsets' dtype, device and size, and what _check holds a plain
+    problem to."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor, found {type(t).__name__}")
+        if t.dim() != 3:
+            raise ValueError(f"{name}: expected 3 dimensions [total_tokens, heads, d] (a packed batch), found shape "
+                             f"{tuple(t.shape)}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v: expected one device, found {q.device}, {k.device}, {v.device}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k, v: expected one dtype, found {q.dtype}, {k.dtype}, {v.dtype}")
+    if q.device.type == "cpu":
+        if q.dtype != torch.float32:
+            raise TypeError(f"dtype: expected torch.float32 on the CPU (stage 04), found {q.dtype}")
+    elif q.device.type == "cuda":
+        if q.dtype not in (torch.float16, torch.bfloat16):
+            raise TypeError(f"dtype: expected float16 or bfloat16 on the GPU (stage 05's varlen forward), found {q.dtype}")
+    else:
+        raise ValueError(f"device: expected cpu or cuda, found {q.device}")
+    if k.shape != v.shape:
+        raise ValueError(f"k, v: expected one shape, found {tuple(k.shape)} and {tuple(v.shape)}")
+    total_q, H, d = q.shape
+    total_k, H_kv, dk = k.shape
+    if dk != d:
+        raise ValueError(f"--head-dim: expected k's head dim {dk} to equal q's, found {d}")
+    for flag, x in (("--heads", H), ("--kv-heads", H_kv), ("--head-dim", d)):
+        if x < 1:
+            raise ValueError(f"{flag}: expected an integer >= 1, found {x}")
+    for name, x in (("q", total_q), ("k", total_k)):
+        if not 1 <= x <= _I32_MAX:
+            raise ValueError(f"{name}: expected 1 to 2^31 - 1 tokens (int32 offsets), found {x}")
+    if H % H_kv != 0:
+        raise ValueError(f"--kv-heads: expected a divisor of --heads ({H}), found {H_kv}")
+    if d > MAX_HEAD_DIM:
+        raise ValueError(f"--head-dim: expected at most {MAX_HEAD_DIM}, found {d}")
+    for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+        if not isinstance(cu, torch.Tensor) or cu.dtype != torch.int32 or cu.device != q.device or cu.dim() != 1 \
+                or cu.shape[0] < 2:
+            raise ValueError(f"{name}: expected an int32 tensor [B + 1] (B >= 1) on q's device {q.device}, found "
+                             + (f"{cu.dtype} {tuple(cu.shape)} on {cu.device}" if isinstance(cu, torch.Tensor)
+                                else type(cu).__name__))
+    if cu_seqlens_k.shape[0] != cu_seqlens_q.shape[0]:
+        raise ValueError(f"cu_seqlens_k: expected {cu_seqlens_q.shape[0]} offsets (as cu_seqlens_q: B + 1), found "
+                         f"{cu_seqlens_k.shape[0]}")
+    if scale is not None and not _valid_scale(scale):
+        raise ValueError(f"--scale: expected a number between {_F32_TINY:.7g} and {_F32_MAX:.7g} (a normal float32 "
+                         f"> 0), or None for 1/sqrt(d), found {scale!r}")
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal: expected True or False, found {causal!r}")
+    if not isinstance(kernel, str):
+        raise TypeError(f"kernel: expected a name, found {type(kernel).__name__}")
+    _check_variant_args(window_left, window_right, softcap)
+
+
+def _check_max_seqlen(name, x):
+    """max_seqlen_q/k as the ops take them: an integer >= 0, or -1 for "compute it"."""
+    if not _is_int(x) or x < -1:
+        raise (TypeError if not _is_int(x) else ValueError)(
+            f"{name}: expected None or an integer >= the longest sequence, found {x!r}")
+
+
+def _varlen_offsets(cu_seqlens_q, cu_seqlens_k, total_q, total_k, max_seqlen_q, max_seqlen_k):
+    """The offsets' values, checked on one host copy of each array (a device-to-host copy and a
+    synchronisation on the GPU): cu[0] = 0, non-decreasing, cu[B] = the token count, and
+    max_seqlen_q/k (-1: none given) >= every sequence's length. Returns (cu_q, cu_k, max_q, max_k):
+    the offsets as Python lists and the longest lengths."""
+    out = []
+    for name, cu, total, given, mname in (("cu_seqlens_q", cu_seqlens_q, total_q, max_seqlen_q, "max_seqlen_q"),
+                                          ("cu_seqlens_k", cu_seqlens_k, total_k, max_seqlen_k, "max_seqlen_k")):
+        c = cu.tolist()
+        if c[0] != 0:
+            raise ValueError(f"{name}: expected cu[0] = 0, found cu[0] = {c[0]}")
+        for b in range(1, len(c)):
+            if c[b] < c[b - 1]:
+                raise ValueError(f"{name}: expected non-decreasing offsets (lengths cu[b+1] - cu[b] >= 0), found "
+                                 f"cu[{b}] = {c[b]} < cu[{b - 1}] = {c[b - 1]}")
+        which = "q" if name.endswith("q") else "k"
+        if c[-1] != total:
+            raise ValueError(f"{name}: expected cu[B] = {total} ({which}'s tokens), found cu[{len(c) - 1}] = {c[-1]}")
+        longest = max(c[b + 1] - c[b] for b in range(len(c) - 1))
+        if given != -1 and given < longest:
+            raise ValueError(f"{mname}: expected None or an integer >= the longest sequence ({longest}), found {given}")
+        out.append(c)
+        out.append(longest)
+    cq, mq, ck, mk = out
+    return cq, ck, mq, mk
+
+
+@torch.library.custom_op("fa_course::attention_varlen_fwd", mutates_args=())
+def attention_varlen_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                         cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, causal: bool, scale: float,
+                         kernel: str, window_left: int = -1, window_right: int = -1,
+                         softcap: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """O [total_q, H, d] and LSE [H, total_q] (float32, natural log) of a packed batch; max_seqlen
+    -1 means "compute it", scale 0 means 1/sqrt(d), window sides -1 unbounded, softcap 0 none.
+    Checks its inputs itself, the offsets' values on one host copy of each."""
+    _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, _scale_arg(scale), kernel, window_left, window_right,
+                  softcap)
+    _check_max_seqlen("max_seqlen_q", max_seqlen_q)
+    _check_max_seqlen("max_seqlen_k", max_seqlen_k)
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    cu_q, cu_k = cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous()
+    total_q, H, d = q.shape
+    total_k, H_kv, _ = k.shape
+    _, _, max_q, max_k = _varlen_offsets(cu_q, cu_k, total_q, total_k, max_seqlen_q, max_seqlen_k)
+    B = cu_q.shape[0] - 1
+    o = torch.empty_like(q)
+    lse = torch.empty((H, total_q), dtype=torch.float32, device=q.device)
+    ptrs = [t.data_ptr() for t in (q, k, v, o, lse, cu_q, cu_k)]
+    if q.device.type == "cpu":
+        kernels_for(q.device, q.dtype, d, kernel)  # refuses a GPU kernel name on the CPU
+        s = _lib.lib("fa04").fa04_forward_varlen(*ptrs, B, total_q, total_k, H, H_kv, d, int(causal), scale, 0, 0, 0,
+                                                 window_left, window_right, softcap)
+        _lib.check("fa04", s)
+    else:
+        fwd = _lib.function("fa05", "fa05_forward_varlen")
+        with torch.cuda.device(q.device):
+            s = fwd(kernel.partition(",")[0].encode(), *ptrs, B, total_q, total_k, max_q, max_k, H, H_kv, d,
+                    _DTYPE_CODE[q.dtype], int(causal), scale, window_left, window_right, softcap, _stream(q))
+        _lib.check("fa05", s)
+    return o, lse
+
+
+@attention_varlen_fwd.register_fake
+def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale, kernel, window_left=-1,
+      window_right=-1, softcap=0.0):
+    _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, None, kernel, window_left, window_right, None)
+    total_q, H, _ = q.shape
+    return torch.empty_like(q, memory_format=torch.contiguous_format), q.new_empty((H, total_q), dtype=torch.float32)
+
+
+def _check_saved_varlen(do, q, o, lse):
+    """The varlen backward's extra inputs: dO and O as q, LSE [H, total_q] float32."""
+    _check_saved_like(do, q, o)
+    want = (q.shape[1], q.shape[0])
+    if not isinstance(lse, torch.Tensor) or tuple(lse.shape) != want or lse.dtype != torch.float32 or lse.device != q.device:
+        raise ValueError(f"lse: expected float32 [H, total_q] = {want} on {q.device}, found "
+                         f"{(tuple(lse.shape), lse.dtype, str(lse.device)) if isinstance(lse, torch.Tensor) else type(lse).__name__}")
+
+
+@torch.library.custom_op("fa_course::attention_varlen_bwd", mutates_args=())
+def attention_varlen_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+                         lse: torch.Tensor, cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor, max_seqlen_q: int,
+                         max_seqlen_k: int, causal: bool, scale: float, kernel: str, window_left: int = -1,
+                         window_right: int = -1,
+                         softcap: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dQ, dK, dV of a packed batch from dO and what the forward kept. On the CPU stage 06's
+    backward on the packed batch (fa06_backward_cpu_varlen); on the GPU a loop over the sequences:
+    each one transposed to a contiguous [1, H, N(b), d] copy, stage 06's GPU backward on it
+    (attention_bwd, one call each), the gradients copied back. Checks its inputs."""
+    _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, _scale_arg(scale), kernel, window_left, window_right,
+                  softcap)
+    _check_saved_varlen(do, q, o, lse)
+    _check_max_seqlen("max_seqlen_q", max_seqlen_q)
+    _check_max_seqlen("max_seqlen_k", max_seqlen_k)
+    do, q, k, v, o, lse = (t.contiguous() for t in (do, q, k, v, o, lse))
+    cu_q, cu_k = cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous()
+    total_q, H, d = q.shape
+    total_k, H_kv, _ = k.shape
+    cq, ck, _, _ = _varlen_offsets(cu_q, cu_k, total_q, total_k, max_seqlen_q, max_seqlen_k)
+    B = len(cq) - 1
+    if q.device.type == "cpu":
+        kernels_for(q.device, q.dtype, d, kernel)
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        ptrs = [t.data_ptr() for t in (q, k, v, o, do, lse, dq, dk, dv, cu_q, cu_k)]
+        s = _lib.lib("fa06").fa06_backward_cpu_varlen(*ptrs, B, total_q, total_k, H, H_kv, d, int(causal), scale, 0, 0,
+                                                      0, window_left, window_right, softcap)
+        _lib.check("fa06", s)
+        return dq, dk, dv
+    # The GPU: no packed backward kernel yet. Zeros where a sequence has no key (dQ) or no query
+    # (dK, dV), as the CPU backward gives; every other sequence is a plain [1, H, N, d] problem.
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+
+    def seq(x, a, z):  # tokens a .. z - 1 of x [total, heads, d] as a contiguous [1, heads, z - a, d]
+        return x[a:z].transpose(0, 1).unsqueeze(0).contiguous()
+
+    for b in range(B):
+        t0, t1, u0, u1 = cq[b], cq[b + 1], ck[b], ck[b + 1]
+        if t1 == t0 or u1 == u0:
+            continue
+        gq, gk, gv = attention_bwd(seq(do, t0, t1), seq(q, t0, t1), seq(k, u0, u1), seq(v, u0, u1), seq(o, t0, t1),
+                                   lse[:, t0:t1].unsqueeze(0).contiguous(), causal, scale, kernel, window_left,
+                                   window_right, softcap)
+        dq[t0:t1] = gq[0].transpose(0, 1)
+        dk[u0:u1] = gk[0].transpose(0, 1)
+        dv[u0:u1] = gv[0].transpose(0, 1)
+    return dq, dk, dv
+
+
+@attention_varlen_bwd.register_fake
+def _(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale, kernel,
+      window_left=-1, window_right=-1, softcap=0.0):
+    _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, None, kernel, window_left, window_right, None)
+    _check_saved_varlen(do, q, o, lse)
+    return (torch.empty_like(q, memory_format=torch.contiguous_format),
+            torch.empty_like(k, memory_format=torch.contiguous_format),
+            torch.empty_like(v, memory_format=torch.contiguous_format))
+
+
+def _setup_context_varlen(ctx, inputs, output):
+    (q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, kernel, window_left, window_right, softcap) = inputs
+    o, lse = output
+    ctx.save_for_backward(q, k, v, o, lse, cu_q, cu_k)
+    ctx.max_q, ctx.max_k, ctx.causal, ctx.scale, ctx.kernel = max_q, max_k, causal, scale, kernel
+    ctx.window_left, ctx.window_right, ctx.softcap = window_left, window_right, softcap
+    ctx.mark_non_differentiable(lse)
+
+
+def _backward_varlen(ctx, grad_o, grad_lse):
+    q, k, v, o, lse, cu_q, cu_k = ctx.saved_tensors
+    dq, dk, dv = attention_varlen_bwd(grad_o, q, k, v, o, lse, cu_q, cu_k, ctx.max_q, ctx.max_k, ctx.causal,
+                                      ctx.scale, ctx.kernel, ctx.window_left, ctx.window_right, ctx.softcap)
+    return (dq, dk, dv) + (None,) * 10
+
+
+torch.library.register_autograd("fa_course::attention_varlen_fwd", _backward_varlen,
+                                setup_context=_setup_context_varlen)
+
+
+def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, *, causal=False,
+                     scale=None, kernel="auto", return_lse=False, window=None, softcap=None):
+    """attention() on a packed batch of sequences of different lengths, differentiable: the shape
+    of FlashAttention's flash_attn_varlen_func.
+
+    q: [total_q, H, d]; k, v: [total_k, H_kv, d] (H % H_kv == 0, d <= 256): B sequences
+        concatenated along the token axis, no padding.
+    cu_seqlens_q, cu_seqlens_k: int32 [B + 1] on q's device, cumulative offsets: cu[0] = 0,
+        non-decreasing, cu_seqlens_q[B] = total_q, cu_seqlens_k[B] = total_k. Sequence b is the
+        queries cu_seqlens_q[b] .. cu_seqlens_q[b+1] - 1 and the keys cu_seqlens_k[b] ..
+        cu_seqlens_k[b+1] - 1; a length may be 0. Each sequence is attended as a problem of its
+        own: no query sees a key of another sequence.
+    max_seqlen_q, max_seqlen_k: None (computed), or an integer >= every sequence's length.
+    causal, scale, kernel, window, softcap: as attention(), per sequence (the causal diagonal and
+        the window aligned to each sequence's N_k(b) - N_q(b), bottom-right). A row that sees no
+        key (its sequence has no key, or the mask) gets O = 0, LSE = -inf and dQ = 0; a key no
+        row sees gets dK = dV = 0.
+    return_lse: also return LSE [H, total_q] (float32, natural log; not differentiable), the
+        layout of flash_attn_varlen_func.
+    Returns O [total_q, H, d].
+
+    What runs: on the CPU (float32) stage 04's forward and stage 06's backward on the packed
+    batch (fa04_forward_varlen, fa06_backward_cpu_varlen: the stage's own loops per sequence, on
+    offset pointers, no copies). On a GPU (float16, bfloat16) stage 05's packed forward
+    (fa05_forward_varlen; kernel "auto" or "v13"). The GPU backward has no packed kernel yet: it
+    is a loop over the sequences in Python, each one copied to a contiguous [1, H, N(b), d]
+    tensor (a transpose), stage 06's GPU backward run on it (one launch per sequence, plus the
+    copies), and the gradients copied back. Correct, but not what a packed kernel would cost.
+    The op reads the offsets' values: one host copy of cu_seqlens_q and of cu_seqlens_k per
+    forward and per backward (on the GPU a device-to-host copy, which synchronises).
+    Bad input raises ValueError or TypeError with a one-line message naming the argument (dtypes,
+    devices, shapes, offsets that do not start at 0, decrease or do not end at the token count,
+    a max_seqlen below a sequence's length).
+    """
+    _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale, kernel)
+    left, right, cap = _variant_args(window, softcap, causal)
+    maxes = []
+    for name, x in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+        if x is None:
+            maxes.append(-1)
+            continue
+        if not _is_int(x):
+            raise TypeError(f"{name}: expected None or an integer >= the longest sequence, found {type(x).__name__}")
+        if x < 0:
+            raise ValueError(f"{name}: expected None or an integer >= the longest sequence, found {x}")
+        maxes.append(int(x))
+    o, lse = attention_varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, maxes[0], maxes[1], causal,
+                                  0.0 if scale is None else float(scale), kernel, left, right, cap)
     return (o, lse) if return_lse else o

@@ -10,6 +10,10 @@ With a window or a softcap (issue 34) the reference is util.variant_reference (w
 no softcap), in float64 and, as the baseline, in the dtype; the forward runs v13 and auto in bf16
 and v1 in float32, the backward whatever stage 06's GPU plan takes (where it refuses them,
 test_variant_backward fails with the plan's NotImplementedError, as it should).
+attention_varlen (a packed batch) against util.packed_reference (variant_reference per sequence)
+by the same rule, in bf16 and fp16: the forward is stage 05's fa05_forward_varlen, the backward
+the op's loop of stage 06's GPU backward over the sequences, which is also held to the bits of
+attention_bwd called on each sequence by hand.
 Exits 77 (ctest: skipped) without a GPU."""
 import os
 import sys
@@ -17,7 +21,7 @@ import unittest
 
 import torch
 
-from util import max_err, sdpa_reference, variant_reference, visible
+from util import max_err, offsets, packed_reference, sdpa_reference, variant_reference, visible
 
 import fa_course
 
@@ -50,6 +54,15 @@ VARIANT_CASES = [  # B, H, H_kv, N_q, N_k, d, causal, scale, window, softcap
 ]
 
 
+VARLEN_CASES = [  # lengths of the queries, of the keys; H, H_kv, d, causal, window, softcap
+    ([0, 1, 127, 129, 300], [0, 1, 127, 129, 300], 8, 2, 128, False, None, None),  # GQA, every edge length
+    ([0, 1, 127, 129, 300], [0, 1, 127, 129, 300], 8, 2, 128, True, None, None),
+    ([5, 0, 129, 1, 300], [0, 7, 127, 300, 100], 4, 1, 64, True, None, None),     # N_q != N_k, MQA, rows see none
+    ([64, 200, 3], [64, 250, 3], 4, 4, 96, False, (32, 16), None),                 # a window, d = 96
+    ([127, 300, 2], [129, 300, 40], 4, 2, 64, True, (40, -1), 20.0),              # window and softcap
+]
+
+
 class Gpu(unittest.TestCase):
     def check(self, case, dtype):
         B, H, H_kv, N_q, N_k, d, causal = case
@@ -72,6 +85,85 @@ class Gpu(unittest.TestCase):
             store = 0.5 * torch.finfo(dtype).eps * float(r.abs().max())
             err, bound = max_err(x, r), 2 * max_err(b, r) + FLOOR[dtype] + store
             self.assertLessEqual(err, bound, f"{name} {dtype} {case}: {err:.3g} > {bound:.3g}")
+
+    def check_varlen(self, case, dtype):
+        lq, lk, H, H_kv, d, causal, window, softcap = case
+        cu_q, cu_k = offsets(lq), offsets(lk)
+        g = torch.Generator(device="cuda").manual_seed(1)
+        q, do = (torch.randn(cu_q[-1], H, d, device="cuda", generator=g).to(dtype) for _ in range(2))
+        k, v = (torch.randn(cu_k[-1], H_kv, d, device="cuda", generator=g).to(dtype) for _ in range(2))
+        tq, tk = (torch.tensor(c, dtype=torch.int32, device="cuda") for c in (cu_q, cu_k))
+
+        def run(fn, dt):
+            xs = [t.to(dt).requires_grad_() for t in (q, k, v)]
+            o = fn(*xs)
+            gr = torch.autograd.grad(o, xs, do.to(dt), allow_unused=True)
+            return [o.detach()] + [torch.zeros_like(x) if r is None else r for x, r in zip(xs, gr)]
+
+        ours = run(lambda a, b, c: fa_course.attention_varlen(a, b, c, tq, tk, causal=causal, window=window,
+                                                              softcap=softcap), dtype)
+        ref = run(lambda a, b, c: packed_reference(a, b, c, cu_q, cu_k, causal, None, window, softcap)[0],
+                  torch.float64)
+        base = run(lambda a, b, c: packed_reference(a, b, c, cu_q, cu_k, causal, None, window, softcap)[0], dtype)
+        for name, x, r, b in zip(("O", "dQ", "dK", "dV"), ours, ref, base):
+            store = 0.5 * torch.finfo(dtype).eps * float(r.abs().max())
+            err, bound = max_err(x, r), 2 * max_err(b, r) + FLOOR[dtype] + store
+            self.assertLessEqual(err, bound, f"varlen {name} {dtype} {case}: {err:.3g} > {bound:.3g}")
+
+    def test_varlen(self):
+        for dtype in (torch.bfloat16, torch.float16):
+            for c in VARLEN_CASES:
+                with self.subTest(dtype=dtype, case=c):
+                    self.check_varlen(c, dtype)
+
+    def test_varlen_backward_is_attention_bwd_per_sequence(self):
+        # The GPU backward of a packed batch is a loop: each sequence a contiguous [1, H, N, d]
+        # copy given to attention_bwd. Fed the same O and LSE (attention() per sequence, so that
+        # this needs no packed forward), the loop must give what attention_bwd gives, and zeros
+        # where a sequence has no key (dQ) or no query (dK, dV). Within one bf16 unit of the
+        # largest value rather than the same bits: a kernel that sums dQ with float32 atomics may
+        # round differently from one call to the next; a sequence mixed up or misplaced is off by
+        # the values themselves.
+        lq, lk = [70, 4, 0, 200], [90, 0, 9, 150]
+        cu_q, cu_k = offsets(lq), offsets(lk)
+        g = torch.Generator(device="cuda").manual_seed(2)
+        H, H_kv, d, kw = 4, 2, 64, dict(causal=True, window=(50, 0), softcap=10.0)
+        q, do = (torch.randn(cu_q[-1], H, d, device="cuda", generator=g, dtype=torch.bfloat16) for _ in range(2))
+        k, v = (torch.randn(cu_k[-1], H_kv, d, device="cuda", generator=g, dtype=torch.bfloat16) for _ in range(2))
+        seq = lambda x, a, z: x[a:z].transpose(0, 1).unsqueeze(0).contiguous()  # noqa: E731
+        o = torch.zeros_like(q)
+        lse = torch.full((H, cu_q[-1]), float("-inf"), device="cuda")
+        by_hand = {}
+        for b in range(len(lq)):
+            t0, t1, u0, u1 = cu_q[b], cu_q[b + 1], cu_k[b], cu_k[b + 1]
+            if t0 == t1 or u0 == u1:
+                continue
+            ob, lb = fa_course.attention(seq(q, t0, t1), seq(k, u0, u1), seq(v, u0, u1), return_lse=True, **kw)
+            o[t0:t1], lse[:, t0:t1] = ob[0].transpose(0, 1), lb[0]
+            by_hand[b] = torch.ops.fa_course.attention_bwd.default(seq(do, t0, t1), seq(q, t0, t1), seq(k, u0, u1),
+                                                                   seq(v, u0, u1), ob, lb, True, 0.0, "auto", 50, 0, 10.0)
+        tq, tk = (torch.tensor(c, dtype=torch.int32, device="cuda") for c in (cu_q, cu_k))
+        dq, dk, dv = torch.ops.fa_course.attention_varlen_bwd.default(do, q, k, v, o, lse, tq, tk, -1, -1, True, 0.0,
+                                                                      "auto", 50, 0, 10.0)
+        for b, (gq, gk, gv) in by_hand.items():
+            with self.subTest(sequence=b):
+                t0, t1, u0, u1 = cu_q[b], cu_q[b + 1], cu_k[b], cu_k[b + 1]
+                for name, x, r in (("dQ", dq[t0:t1], gq), ("dK", dk[u0:u1], gk), ("dV", dv[u0:u1], gv)):
+                    r = r[0].transpose(0, 1)
+                    ulp = torch.finfo(torch.bfloat16).eps * float(r.abs().max())
+                    self.assertLessEqual(max_err(x, r), ulp, f"{name} of sequence {b}")
+        self.assertTrue((dq[70:74] == 0).all())   # sequence 1: queries, no key
+        self.assertTrue((dk[90:99] == 0).all() and (dv[90:99] == 0).all())  # sequence 2: keys, no query
+
+    def test_varlen_refusals(self):
+        x = torch.randn(10, 2, 64, device="cuda", dtype=torch.bfloat16)
+        cu = torch.tensor([0, 4, 10], dtype=torch.int32, device="cuda")
+        with self.assertRaisesRegex(TypeError, "float16 or bfloat16"):
+            fa_course.attention_varlen(x.float(), x.float(), x.float(), cu, cu)
+        with self.assertRaisesRegex(ValueError, "cu_seqlens_k: expected an int32 tensor .* on q's device"):
+            fa_course.attention_varlen(x, x, x, cu, cu.cpu())
+        with self.assertRaisesRegex(ValueError, "cu_seqlens_q: expected cu\\[B\\] = 10"):
+            fa_course.attention_varlen(x, x, x, torch.tensor([0, 4, 12], dtype=torch.int32, device="cuda"), cu)
 
     def test_battery(self):
         for dtype in (torch.bfloat16, torch.float16, torch.float32):

@@ -1,4 +1,5 @@
-"""Shared by the fa_course tests: the float64 reference (SDPA's math backend) and the error rule."""
+"""Shared by the fa_course tests: the float64 reference (SDPA's math backend; written out for the
+variants; per sequence for a packed batch) and the error rule."""
 import os
 import sys
 
@@ -61,6 +62,36 @@ def variant_reference(q, k, v, causal=False, scale=None, window=None, softcap=No
     lse = torch.logsumexp(s, -1)
     p = torch.softmax(s.masked_fill(~seen, 0.0), -1) * seen
     return p @ vv, lse
+
+
+def packed_reference(q, k, v, cu_q, cu_k, causal=False, scale=None, window=None, softcap=None):
+    """(O [total_q, H, d], LSE [H, total_q]) of a packed batch in the inputs' dtype, sequence by
+    sequence: each sequence transposed to [1, H, N(b), d] and given to variant_reference (without
+    a variant SDPA's math, as test_op.py's Variants checks), the results packed back; a
+    sequence without keys gets O = 0, LSE = -inf. Differentiable (torch ops only)."""
+    H = q.shape[1]
+    os_, ls = [], []
+    for b in range(len(cu_q) - 1):
+        t0, t1, u0, u1 = cu_q[b], cu_q[b + 1], cu_k[b], cu_k[b + 1]
+        if t1 == t0:
+            continue
+        if u1 == u0:
+            os_.append(q[t0:t1] * 0)
+            ls.append(torch.full((H, t1 - t0), float("-inf"), dtype=torch.float64, device=q.device))
+            continue
+        seq = lambda x, a, z: x[a:z].transpose(0, 1).unsqueeze(0)  # noqa: E731
+        o, lse = variant_reference(seq(q, t0, t1), seq(k, u0, u1), seq(v, u0, u1), causal, scale, window, softcap)
+        os_.append(o[0].transpose(0, 1))
+        ls.append(lse[0].double())
+    return torch.cat(os_), torch.cat(ls, 1)
+
+
+def offsets(lens):
+    """cu_seqlens of sequences of these lengths: [0, l0, l0 + l1, ...]."""
+    out = [0]
+    for n in lens:
+        out.append(out[-1] + n)
+    return out
 
 
 def max_err(a, b):
