@@ -47,7 +47,7 @@ void add_common_flags(CLI::App& app, CliFlags& f, bool backward, bool outputs) {
                  "the pages [num_pages,H_kv,P,d]")
       ->needs(f.page_size_opt);
   app.add_option("--cu-seqlens-q", f.cu_q,
-                 "packed variable-length batch (CPU stages): query offsets, an int32 .npy [B + 1], cu[0] = 0, "
+                 "packed variable-length batch (CPU stages; stage 05: v13, auto): query offsets, an int32 .npy [B + 1], cu[0] = 0, "
                  "non-decreasing, cu[B] = total_q; sequence b has queries cu[b] .. cu[b+1] - 1 (0 allowed). Q and O are "
                  "then [total_q,H,d], LSE [H,total_q]; --batch, if given, must be B; --seq-q/--seq-k are refused");
   app.add_option("--cu-seqlens-k", f.cu_k,
