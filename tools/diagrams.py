@@ -14,8 +14,11 @@ drawn from the structure of the code it explains; the numbers in them are the co
                                        LSE form, causal work per rank and step (contiguous, zigzag)
   diagram_variants_band.png            docs/variants.md: a sliding window's band on the Q-block x
                                        KV-block grid (v13's blocks: skipped, masked, full)
+  diagram_varlen_tiles.png             stage 05 v13's packed batch: the token axis split at
+                                       cu_seqlens, the tiles sequence by sequence (empty ones lead
+                                       a short sequence's range), the producers' claims and jumps
 
-Timelines (v3, v12) use schematic durations: the order of the steps and every wait follow the
+Timelines (v3, v12, varlen) use schematic durations: the order of the steps and every wait follow the
 kernels; the lengths do not come from a measurement.
 
 Usage: python3 tools/diagrams.py [--out docs/img] [--only diagram_NAME.png]
@@ -1052,6 +1055,190 @@ def variants_band(out):
     save(fig, out, "diagram_variants_band.png")
 
 
+# ---- 11. stage 05 v13: a packed batch's tiles and the producer's jumps ------------------------
+def varlen_tiles(out):
+    # A toy packed batch (common/varlen.hpp): B = 4 sequences of N_q(b) = N_k(b) tokens, one of them
+    # empty, H = 2 heads, Br = Bc = 4 rows (the kernel's are 128), not causal, G = 2 persistent
+    # blocks. v13's tile() numbers the tiles of the longest sequence's padded problem sequence by
+    # sequence: t -> b = t / (Tr H), query block qb = Tr - 1 - t % (Tr H) / H, head h = t % H.
+    N, H, Br, Bc, G = [3, 12, 0, 9], 2, 4, 4, 2
+    B, Tr = len(N), -(-max(N) // Br)
+    cu = [sum(N[:b]) for b in range(B + 1)]
+    per_seq, n_tiles = Tr * H, B * Tr * H
+
+    def tile(t):  # (b, qb, h, rows): v13's tile() for a packed batch; rows = br > 0
+        b, qb = t // per_seq, Tr - 1 - t % per_seq // H
+        return b, qb, t % H, N[b] - qb * Br > 0
+
+    def first_with_rows(b):  # next_with_rows(): (b Tr + Tr - ceil(N_q(b) / Br)) H
+        return (b * Tr + Tr - -(-N[b] // Br)) * H
+
+    tiles = [tile(t) for t in range(n_tiles)]
+    empty = [t for t in range(n_tiles) if not tiles[t][3]]
+    assert cu == [0, 3, 15, 15, 24] and Tr == 3 and n_tiles == 24
+    assert empty == [0, 1, 2, 3] + list(range(12, 18)) and len(empty) == sum((Tr - -(-n // Br)) * H for n in N)
+    assert all(first_with_rows(b) == min(t for t in range(b * per_seq, (b + 1) * per_seq + 1)
+                                         if t == (b + 1) * per_seq or tiles[t][3]) for b in range(B))
+
+    # The producers' claims: each block's producer runs next_with_rows() on the shared counter
+    # (tile = G + atomicAdd(counter, 1); a tile without rows: atomicMax(counter, first - G) if
+    # first > G, then claim again). Durations schematic: a claim or an atomicMax takes one slot,
+    # a tile with rows Tc = ceil(N_k(b) / Bc) key blocks; ties go to block 0.
+    SLOT, BLK = 0.75, 0.42
+    counter = [0]
+    chips = []  # (block, t0, t1, kind, label): kind "empty" | "max" | "noop" | "work" | "done"
+
+    def producer(g):
+        now, t = 0.0, g
+        while True:
+            while t < n_tiles and not tiles[t][3]:
+                chips.append((g, now, now + SLOT, "empty", f"{t}"))
+                now = yield now + SLOT
+                first = first_with_rows(tiles[t][0])
+                if first > G:
+                    old = counter[0]
+                    counter[0] = max(old, first - G)
+                    chips.append((g, now, now + SLOT, "max" if counter[0] > old else "noop", f"max {first - G}"))
+                    now = yield now + SLOT
+                t, counter[0] = G + counter[0], counter[0] + 1
+            if t >= n_tiles:
+                chips.append((g, now, now + SLOT, "done", f"{t}: done"))
+                return
+            b = tiles[t][0]
+            dur = BLK * -(-N[b] // Bc)  # N_k(b) = N_q(b)
+            chips.append((g, now, now + dur, "work", f"{t}"))
+            now = yield now + dur
+            t, counter[0] = G + counter[0], counter[0] + 1
+
+    live = {g: producer(g) for g in range(G)}
+    at = {g: next(live[g]) for g in range(G)}
+    while live:
+        g = min(live, key=lambda k: (at[k], k))
+        try:
+            at[g] = live[g].send(at[g])
+        except StopIteration:
+            del live[g]
+    claimed = {}  # tile -> the block whose producer claimed it (its own first tile included)
+    for g, _, _, kind, label in chips:
+        if kind in ("empty", "work"):
+            claimed[int(label)] = g
+    work = sorted(int(lab) for _, _, _, k, lab in chips if k == "work")
+    jumps = [c for c in chips if c[3] == "max"]
+    assert work == [t for t in range(n_tiles) if tiles[t][3]]  # every tile with rows, once
+    assert sorted(claimed) == [0, 1, 4, 5] + list(range(6, 14)) + list(range(18, 24))
+    assert len(jumps) == 2 and sum(c[3] == "noop" for c in chips) == 2
+
+    SEQ_C = [Q_C, KV_C, EXTRA_C, "#937860"]
+    fig, ax = canvas(7.6, (0, 18), (0, 15.2), "v13's packed batch: tiles sequence by sequence, "
+                     "the empty ones skipped")
+    x0, W = 1.3, 15.9
+
+    # 1. The packed tensor: the token axis, split at cu_seqlens; query blocks of Br rows inside.
+    ax.text(0.25, 13.95, "1  the packed Q", fontsize=10, fontweight="bold", va="center")
+    ax.text(3.0, 13.95, f"B = {B} sequences, N_q(b) = N_k(b) = {tuple(N)}, H = {H}, Br = Bc = {Br}: "
+            f"Tr = ceil({max(N)} / {Br}) = {Tr} query blocks (the longest)", fontsize=8.5, va="center",
+            color=MUTED)
+    tw, by, bh = W / cu[-1], 12.55, 0.6
+    for b in range(B):
+        for i in range(N[b]):
+            x = x0 + (cu[b] + i) * tw
+            box(ax, x, by, tw, bh, fc=tint(SEQ_C[b], 0.45 + 0.2 * (i // Br % 2)), ec="white", lw=0.6,
+                text=f"{cu[b] + i}", fs=6.5)
+        for qb in range(-(-N[b] // Br)):
+            ax.text(x0 + (cu[b] + qb * Br + min(Br, N[b] - qb * Br) / 2) * tw, by + bh + 0.08, f"qb {qb}",
+                    ha="center", va="bottom", fontsize=6.5, color=SEQ_C[b])
+        if N[b]:
+            ax.text(x0 + (cu[b] + N[b] / 2) * tw, by - 0.35, f"sequence {b}", ha="center", va="center",
+                    fontsize=8, color=SEQ_C[b], fontweight="bold")
+    for b, c in enumerate(cu):
+        x = x0 + c * tw
+        ax.plot([x, x], [by - 0.12, by + bh + 0.05], color=INK, lw=1.3)
+        if b == 2:
+            continue
+        label = f"cu[{b}] = {c}" if b != 3 else f"cu[2] = cu[3] = {c}"
+        ax.text(x, by - 0.72, label, ha="center", va="center", fontsize=7.5)
+    ax.text(x0 + cu[2] * tw, by - 1.05, "sequence 2: 0 tokens", ha="center", va="center", fontsize=7.5,
+            color=SEQ_C[2], fontweight="bold")
+    ax.text(x0, 11.05, f"Q [total_q, H, d] = [{cu[-1]}, {H}, d], token-major: token t's H heads adjacent, a "
+            "head's rows H d apart (the tensor map's row stride).\nA tile reads its sequence's first token and "
+            "length from the offsets (struct Packed: cu_q, cu_k); nothing is padded.", fontsize=7.5,
+            va="center", color=MUTED)
+
+    # 2. The tiles as tile() numbers them, and the jumps above them.
+    ax.text(0.25, 10.35, "2  the tiles", fontsize=10, fontweight="bold", va="center")
+    ax.text(2.5, 10.2, f"t = 0 ... B Tr H - 1 = {n_tiles - 1}, sequence by sequence: b = t / (Tr H), qb = Tr - 1 "
+            "- t % (Tr H) / H, h = t % H (query blocks last first,\nheads inside). Grey: empty, the block starts "
+            "past its sequence's end (qb >= ceil(N_q(b) / Br)); green: it has rows.", fontsize=8, va="center",
+            color=MUTED)
+    cw, ty, th = W / n_tiles, 7.75, 0.8
+    for t, (b, qb, h, rows) in enumerate(tiles):
+        x = x0 + t * cw
+        box(ax, x, ty, cw, th, fc=tint(OK_C, 0.35) if rows else SKIP_C, ec="white", lw=1.2)
+        ax.text(x + cw / 2, ty + th / 2, f"qb {qb}\nh {h}", ha="center", va="center", fontsize=6.5,
+                color=INK if rows else MUTED, linespacing=1.0)
+        ax.text(x + cw / 2, ty - 0.12, f"{t}", ha="center", va="top", fontsize=7.5)
+        who = f"P{claimed[t]}" if t in claimed else "\u2013"  # a dash: never claimed, jumped over
+        ax.text(x + cw / 2, ty - 0.5, who, ha="center", va="top", fontsize=6.5, color=MUTED)
+    ax.text(x0 - 0.1, ty - 0.2, "t", ha="right", va="top", fontsize=7.5)
+    ax.text(x0 - 0.1, ty - 0.55, "claimed by", ha="right", va="top", fontsize=6.5, color=MUTED)
+    for b in range(B):
+        xa, xb = x0 + b * per_seq * cw + 0.05, x0 + (b + 1) * per_seq * cw - 0.05
+        yb = ty - 1.0
+        ax.plot([xa, xa, xb, xb], [yb + 0.12, yb, yb, yb + 0.12], color=SEQ_C[b], lw=1.2)
+        n_empty = (Tr - -(-N[b] // Br)) * H
+        ax.text((xa + xb) / 2, yb - 0.12, f"sequence {b}: {n_empty} empty", ha="center", va="top",
+                fontsize=7.5, color=SEQ_C[b], fontweight="bold")
+    for g, t0, _, _, label in jumps:  # from the empty tile that made it to the tile the next claim gets
+        src = max((c for c in chips if c[0] == g and c[3] == "empty" and c[1] < t0), key=lambda c: c[1])
+        s, d = int(src[4]), int(label.split()[1]) + G
+        arrow(ax, x0 + (s + 0.5) * cw, ty + th + 0.05, x0 + (d + 0.5) * cw, ty + th + 0.05, color=MASK_C,
+              lw=1.4, connectionstyle="arc3,rad=-0.45")
+        ax.text(x0 + (s + d + 1) / 2 * cw, ty + th + 0.15 + 0.23 * (d - s) * cw, f"P{g}: atomicMax(counter, "
+                f"{d - G}): the next claim is tile {d}", ha="center", va="bottom", fontsize=7.5, color=MASK_C,
+                bbox=dict(facecolor="white", edgecolor="none", pad=0.5))
+
+    # 3. The claims on one timeline: each producer's tiles, claims and atomicMax in order.
+    ax.text(0.25, 5.75, "3  the producers' claims", fontsize=10, fontweight="bold", va="center")
+    ax.text(4.25, 5.75, f"G = {G} persistent blocks: producer Pg starts at its own tile g, then claims tile "
+            "G + atomicAdd(counter, 1);\nan empty tile of sequence b: atomicMax(counter, first - G), first = "
+            "(b Tr + Tr - ceil(N_q(b) / Br)) H; claim again.", fontsize=8, va="center", color=MUTED)
+    t_end = max(c[2] for c in chips)
+    sx = W / t_end
+    lane_y = {0: 4.3, 1: 3.35}
+    style = {"empty": (SKIP_C, None, MUTED), "max": (tint(MASK_C, 0.45), None, INK),
+             "noop": (tint(MASK_C, 0.85), "////", MUTED), "work": (tint(OK_C, 0.35), None, INK),
+             "done": ("white", None, MUTED)}
+    for g, y in lane_y.items():
+        ax.text(x0 - 0.1, y + 0.32, f"P{g}", ha="right", va="center", fontsize=9, fontweight="bold")
+    for g, t0, t1, kind, label in chips:
+        fc, hatch, color = style[kind]
+        x, y = x0 + t0 * sx, lane_y[g]
+        ax.add_patch(Rectangle((x, y), (t1 - t0) * sx, 0.65, facecolor=fc, edgecolor="white" if kind != "done"
+                               else MUTED, linewidth=1.0, hatch=hatch))
+        ax.text(x + (t1 - t0) * sx / 2, y + 0.32, label, ha="center", va="center", fontsize=7, color=color,
+                bbox=dict(facecolor=fc, edgecolor="none", pad=0.3) if hatch else None)
+    ax.annotate("", xy=(x0 + t_end * sx, 3.1), xytext=(x0, 3.1),
+                arrowprops=dict(arrowstyle="-|>", color=MUTED, lw=0.8))
+    ax.text(x0 + t_end * sx, 2.9, "time (durations schematic, the order the kernel's)", ha="right", va="top",
+            fontsize=7.5, color=MUTED)
+    leg = [(tint(OK_C, 0.35), None, "a tile with rows: Q, K, V copied (width: its key blocks)"),
+           (SKIP_C, None, "a claimed tile without rows: nothing copied, no consumer sees it"),
+           (tint(MASK_C, 0.45), None, "atomicMax(counter, first - G): the counter jumps to the "
+            "sequence's first tile with rows"),
+           (tint(MASK_C, 0.85), "////", "the other producer's atomicMax, after it: a no-op (a max never moves "
+            "the counter back)"),
+           ("white", None, f"a claim past the last tile (t >= {n_tiles}): the producer stops")]
+    for k, (fc, hatch, text) in enumerate(leg):
+        y = 2.5 - k * 0.36
+        ax.add_patch(Rectangle((x0, y - 0.14), 0.4, 0.28, facecolor=fc, edgecolor="white" if fc != "white"
+                               else MUTED, hatch=hatch))
+        ax.text(x0 + 0.55, y, text, va="center", fontsize=8)
+    ax.text(9, 0.36, "a short sequence's empty tiles lead its range: one atomicMax moves the tile counter past "
+            "them,\nso the consumers never see an empty tile", ha="center", va="center", fontsize=9.5,
+            fontweight="bold", color=INK)
+    save(fig, out, "diagram_varlen_tiles.png")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "img"))
@@ -1070,6 +1257,7 @@ def main():
         "diagram_decode_split_kv.png": decode_split_kv,
         "diagram_ring_attention.png": ring_attention,
         "diagram_variants_band.png": variants_band,
+        "diagram_varlen_tiles.png": varlen_tiles,
     }
     if args.only and args.only not in drawings:
         ap.error(f"--only: expected one of {', '.join(drawings)}, found {args.only}")
