@@ -534,7 +534,7 @@ void tc_forward(const fa::AttnProblem& p, fa::DType dtype, const void* Q, const 
       const CUtensorMap tm_q = map(Q, p.N_q, p.B * p.H, pl.Br, packed.total_q, p.H);
       const CUtensorMap tm_k = map(K, p.N_k, p.B * p.H_kv, pl.Bc, packed.total_k, p.H_kv);
       const CUtensorMap tm_v = map(V, p.N_k, p.B * p.H_kv, pl.Bc, packed.total_k, p.H_kv);
-      const v13::Packed pk{packed.cu_q, packed.cu_k, int(packed.total_q), int(packed.total_k)};
+      const Packed pk{packed.cu_q, packed.cu_k, int(packed.total_q), int(packed.total_k)};
       if (pl.runs == "v12")
         found = dispatch_shape<V12>(pl, pl.d_kernel, [&](auto make) {
           tc_launch(p, dtype, Q, K, V, O, LSE, pl, stream, make, counter.get(), tm_q, tm_k, tm_v);

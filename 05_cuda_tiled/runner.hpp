@@ -16,6 +16,7 @@
 #include "dtype.hpp"
 #include "errors.hpp"
 #include "problem.hpp"
+#include "varlen.hpp"
 
 namespace fa05 {
 
@@ -59,12 +60,7 @@ struct KvCache {
 // forward_varlen() does not read the arrays on the host (a synchronisation per call): validate them
 // where they are made (fa::validate_varlen). The kernel clamps each offset to 0 ... total and each
 // length to the longest, so bad offsets cannot read or write outside the tensors.
-struct Varlen {
-  const int32_t* cu_q = nullptr;  // [B + 1]: sequence b has tokens cu_q[b] ... cu_q[b + 1] - 1
-  const int32_t* cu_k = nullptr;  // [B + 1]: its keys cu_k[b] ... cu_k[b + 1] - 1
-  int64_t total_q = 0, total_k = 0;  // tokens of Q (and O) and of K (and V)
-  bool any() const { return cu_q != nullptr; }
-};
+using Varlen = fa::VarlenDevice;  // common/varlen.hpp
 // A block shape, rows: Br query rows (16 per warp), Bc keys per K/V block.
 struct BlockShape {
   int64_t Br, Bc;

@@ -34,6 +34,15 @@
 
 namespace fa {
 
+// A packed batch as a GPU call takes it (stage 05's forward_varlen, stage 06's backward_varlen):
+// the offsets as device arrays, and the token counts. cu_q == nullptr: not a packed batch.
+struct VarlenDevice {
+  const int32_t* cu_q = nullptr;  // [B + 1]: sequence b has tokens cu_q[b] ... cu_q[b + 1] - 1
+  const int32_t* cu_k = nullptr;  // [B + 1]: its keys cu_k[b] ... cu_k[b + 1] - 1
+  int64_t total_q = 0, total_k = 0;  // tokens of Q (and O) and of K (and V)
+  bool any() const { return cu_q != nullptr; }
+};
+
 struct VarlenHost {
   std::vector<int32_t> cu_q, cu_k;  // [B + 1] each; both empty: not a packed batch
   bool any() const { return !cu_q.empty(); }

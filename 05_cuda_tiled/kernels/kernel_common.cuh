@@ -9,6 +9,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstdint>
+
 #include "bug_zoo.hpp"  // FA_ZOO: the GPU entries of the bug zoo (docs/bug_zoo.md)
 
 namespace fa05 {
@@ -25,6 +27,23 @@ template <>
 __device__ __forceinline__ __half store<__half>(float x) { return __float2half_rn(x); }
 template <>
 __device__ __forceinline__ __nv_bfloat16 store<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+// A packed variable-length batch as a kernel reads it (common/varlen.hpp; stage 05's v13 and stage
+// 06's gpu_v3): device arrays of B + 1 offsets, and the token counts that bound them. cu_q ==
+// nullptr: not a packed batch (Q [B, H, N_q, d] ...). Kernels clamp each offset to 0 ... total.
+struct Packed {
+  const int32_t* cu_q;  // [B + 1]: sequence b has tokens cu_q[b] ... cu_q[b + 1] - 1 of Q and O
+  const int32_t* cu_k;  // [B + 1]: ... and cu_k[b] ... cu_k[b + 1] - 1 of K and V
+  int total_q, total_k;
+};
+
+// Sequence b's first token and length from offsets cu (clamped: a bad array reads and writes
+// nothing outside the tensors): first = cu[b] in 0 ... total, n = cu[b + 1] - first, at most
+// longest (the grid's).
+__device__ __forceinline__ void packed_span(const int32_t* cu, int64_t b, int total, int longest, int& first, int& n) {
+  first = min(max(cu[b], 0), total);
+  n = min(min(max(cu[b + 1], first), total) - first, longest);
+}
 
 // The softcap (docs/math.md (8.2), Gemma 2): a scaled score x becomes c tanh(x / c), before the
 // mask and the softmax. tanh(y) = 1 - 2 / (e^{2y} + 1), from exp2f (the SFU's ex2, 2 ulp) and one

@@ -49,8 +49,8 @@
 // A packed variable-length batch (common/varlen.hpp: sequences of different lengths concatenated
 // along the token axis, Q [total_q, H, d], K and V [total_k, H_kv, d], LSE [H, total_q]) is one
 // launch, as FlashAttention's varlen call: the tiles are those of the longest sequence's padded
-// problem, (b, h, query block), and each tile reads its sequence's first token and lengths from the
-// offsets cu_q, cu_k (Packed below). Nothing else changes: the tensor maps read rows H d apart
+// problem, numbered (b, query block, h), and each tile reads its sequence's first token and
+// lengths from the offsets cu_q, cu_k (fa05::Packed, kernel_common.cuh). Nothing else changes: the tensor maps read rows H d apart
 // (runner.cu), a tile past its sequence's last row does nothing, and the keys a block reads past
 // the sequence's end (the next sequence's first keys) lie past its N_k, where the mask already was.
 #pragma once
@@ -82,13 +82,7 @@ FA_HOST_DEVICE constexpr int smem_bytes(int Dq, int warps, int Bc) {
   return (4 * Bc + q_buffers(Dq, warps, Bc) * 16 * warps) * slab_width(Dq) * 2 + 1024;
 }
 
-// A packed batch as the kernel reads it (runner.hpp, Varlen): device arrays of B + 1 offsets, and
-// the token counts that bound them. cu_q == nullptr: not a packed batch (Q [B, H, N_q, d] ...).
-struct Packed {
-  const int32_t* cu_q;  // [B + 1]: sequence b has tokens cu_q[b] ... cu_q[b + 1] - 1 of Q and O
-  const int32_t* cu_k;  // [B + 1]: ... and cu_k[b] ... cu_k[b + 1] - 1 of K and V
-  int total_q, total_k;
-};
+using fa05::Packed;  // a packed batch's offsets (kernel_common.cuh)
 
 // As v12, at native width Dq (32, 64, 96, 128, 192 or 256) for any head dim p.d <= Dq that is a
 // multiple of 8 (the tensor maps' rows are p.d wide: columns p.d .. D - 1 of every box arrive as
@@ -152,13 +146,9 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
     const int64_t bh = packed.cu_q ? t / per_seq * p.H + t % p.H : p.causal ? t % BH : t / Tr;
     const int64_t qb = packed.cu_q ? Tr - 1 - t % per_seq / p.H : p.causal ? Tr - 1 - t / BH : t % Tr;
     Tile x{qb * Br, int(bh / p.H), int(bh % p.H), 0, 0, 0, 0, 0, int(p.N_q), int(p.N_k)};
-    if (packed.cu_q) {  // sequence b's tokens, clamped: a bad offsets array reads and writes nothing outside
-      const auto span = [](const int32_t* cu, int b, int total, int longest, int& first, int& n) {
-        first = min(max(cu[b], 0), total);
-        n = min(min(max(cu[b + 1], first), total) - first, longest);
-      };
-      span(packed.cu_q, x.b, packed.total_q, int(p.N_q), x.q0, x.nq);
-      span(packed.cu_k, x.b, packed.total_k, int(p.N_k), x.k0, x.nk);
+    if (packed.cu_q) {  // sequence b's tokens (clamped: kernel_common.cuh)
+      packed_span(packed.cu_q, x.b, packed.total_q, int(p.N_q), x.q0, x.nq);
+      packed_span(packed.cu_k, x.b, packed.total_k, int(p.N_k), x.k0, x.nk);
     }
     const fa::AttnProblem s = seq(x);
     x.br = int(min(int64_t(Br), s.N_q - x.r0));  // <= 0: past the sequence's last row, no work
@@ -195,7 +185,7 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
     // that has. The empty tiles of sequence b are the first (Tr - ceil(N_q(b) / Br)) H of its Tr H:
     // one atomicMax moves the counter past those not yet claimed, so a batch of short sequences
     // costs a claim or two per sequence, not one per empty tile (measured: one handshake per empty
-    // tile cost 1.7 ms of 4.9 with one 16k sequence among 96 short ones, lab notebook).
+    // tile cost 2.9 ms of 4.9 with one 16k sequence among 96 short ones, lab notebook).
     const auto next_with_rows = [&](int64_t t) {
       while (packed.cu_q && t < n_tiles) {
         const Tile x = tile(t);
