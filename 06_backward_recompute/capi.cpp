@@ -275,6 +275,39 @@ int fa06_backward_variant(const char* kernel, const void* Q, const void* K, cons
   return backward_gpu_problem(k, p, t, Q, K, V, O, dO, LSE, dQ, dK, dV, stream);
 }
 
+int fa06_backward_varlen(const char* kernel, const void* Q, const void* K, const void* V, const void* O,
+                         const void* dO, const float* LSE, void* dQ, void* dK, void* dV, const int32_t* cu_seqlens_q,
+                         const int32_t* cu_seqlens_k, int64_t B, int64_t total_q, int64_t total_k,
+                         int64_t max_seqlen_q, int64_t max_seqlen_k, int64_t H, int64_t H_kv, int64_t d, int dtype,
+                         int causal, float scale, int64_t window_left, int64_t window_right, float softcap,
+                         void* stream) {
+  g_error.clear();
+  if (!kernel) return fail(FA06_INVALID_ARGUMENT, "--bwd-kernel: expected a name, found NULL");
+  if (int s = check_dtype(dtype)) return s;
+  if (int s = check_scale(scale)) return s;
+  // The padded problem the batch avoids (fa::varlen_problem()): B sequences of the longest lengths.
+  fa::AttnProblem p = make(B, H, H_kv, max_seqlen_q, max_seqlen_k, d, causal, scale, window_left, window_right, softcap);
+  p.token_major = true, p.lse_head_stride = total_q;
+  const fa::DType t = static_cast<fa::DType>(dtype);
+  const std::string k = kernel;
+  if (!cu_seqlens_q || !cu_seqlens_k)
+    return fail(FA06_INVALID_ARGUMENT, "cu_seqlens_q, cu_seqlens_k: expected device pointers, found NULL");
+  const fa::VarlenDevice packed{cu_seqlens_q, cu_seqlens_k, total_q, total_k};
+  if (int s = guarded([&] { fa06::backward_plan(k, p, t, {}, 90, packed); })) return s;
+  for (const void* ptr : {static_cast<const void*>(cu_seqlens_q), static_cast<const void*>(cu_seqlens_k)}) {
+    cudaPointerAttributes a{};
+    if (cudaPointerGetAttributes(&a, ptr) != cudaSuccess || (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged)) {
+      cudaGetLastError();
+      return fail(FA06_INVALID_ARGUMENT, std::string(ptr == cu_seqlens_q ? "cu_seqlens_q" : "cu_seqlens_k") +
+                                             ": expected a device pointer, found host or unknown memory");
+    }
+  }
+  if (int s = check_device_pointers({Q, K, V, O, dO, LSE, dQ, dK, dV, nullptr})) return s;
+  return guarded([&] {
+    fa06::backward_varlen(k, p, t, Q, K, V, O, dO, LSE, dQ, dK, dV, packed, static_cast<cudaStream_t>(stream));
+  });
+}
+
 int fa06_workspace_bytes(const char* kernel, int64_t B, int64_t H, int64_t H_kv, int64_t N_q, int64_t N_k,
                          int64_t d, int dtype, int causal, int64_t* bytes) {
   g_error.clear();
@@ -348,6 +381,13 @@ int fa06_backward(const char*, const void*, const void*, const void*, const void
 int fa06_backward_variant(const char*, const void*, const void*, const void*, const void*, const void*, const float*,
                           void*, void*, void*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, float,
                           int64_t, int64_t, float, void*) {
+  g_error.clear();
+  return no_gpu();
+}
+
+int fa06_backward_varlen(const char*, const void*, const void*, const void*, const void*, const void*, const float*,
+                         void*, void*, void*, const int32_t*, const int32_t*, int64_t, int64_t, int64_t, int64_t,
+                         int64_t, int64_t, int64_t, int64_t, int, int, float, int64_t, int64_t, float, void*) {
   g_error.clear();
   return no_gpu();
 }

@@ -111,6 +111,22 @@ FA06_API int fa06_backward_variant(const char* kernel, const void* Q, const void
                                    int64_t d, int dtype, int causal, float scale, int64_t window_left,
                                    int64_t window_right, float softcap, void* stream);
 
+/* A packed variable-length batch (issue 34; common/varlen.hpp) in one launch of gpu_v3 (kernel
+ * "gpu_v3" or "auto"; fp16/bf16): each key block reads its sequence's offsets
+ * (kernels/bwd_v3_split.cuh). Layout as fa05_forward_varlen's: Q, O, dO, dQ [total_q, H, d]; K, V,
+ * dK, dV [total_k, H_kv, d]; LSE [H, total_q] float32; cu_seqlens_q, cu_seqlens_k device [B + 1]
+ * int32 (not read on the host: validate them where they are made; the kernel clamps them to the
+ * totals); max_seqlen_q/k the longest sequence's. Window and softcap as fa06_backward_variant's.
+ * Keys no query sees get dK = dV = 0, rows that see no key dQ = 0. Another kernel, fp32 or a _det
+ * variant: FA06_INVALID_ARGUMENT naming "--cu-seqlens-q". Without CUDA in the build: FA06_UNSUPPORTED. */
+FA06_API int fa06_backward_varlen(const char* kernel, const void* Q, const void* K, const void* V,
+                                  const void* O, const void* dO, const float* LSE, void* dQ, void* dK,
+                                  void* dV, const int32_t* cu_seqlens_q, const int32_t* cu_seqlens_k,
+                                  int64_t B, int64_t total_q, int64_t total_k, int64_t max_seqlen_q,
+                                  int64_t max_seqlen_k, int64_t H, int64_t H_kv, int64_t d, int dtype,
+                                  int causal, float scale, int64_t window_left, int64_t window_right,
+                                  float softcap, void* stream);
+
 /* Bytes of GPU workspace fa06_backward takes for this problem (D, and dQ's float32 accumulator
  * for the tensor-core kernels, and the zero-padded copies of Q, K, V, dO, dK, dV where d is not a
  * native width: fa06_runs_width), written to *bytes. Needs no GPU. */

@@ -185,6 +185,11 @@ std::vector<BwdShape> bwd_shapes(int64_t d) {
 BwdShape default_bwd_shape(int64_t d) { return d <= 64 ? BwdShape{128, 32} : BwdShape{128, 16}; }
 
 BwdPlan backward_plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, BwdShape shape, int sm) {
+  return backward_plan(kernel, p, dtype, shape, sm, fa::VarlenDevice{});
+}
+
+BwdPlan backward_plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, BwdShape shape, int sm,
+                      const fa::VarlenDevice& packed) {
   const auto& ks = backward_kernels();
   if (kernel != "auto" && std::find(ks.begin(), ks.end(), kernel) == ks.end())
     throw fa::InputError("--bwd-kernel", "auto, gpu_v1, gpu_v2, gpu_v3, gpu_v4 or a _det variant of the last three",
@@ -201,7 +206,10 @@ BwdPlan backward_plan(const std::string& kernel, const fa::AttnProblem& p, fa::D
   std::vector<std::string> why;  // the note's parts
   BwdPlan pl;
   pl.runs = kernel;
-  if (kernel == "auto") {
+  if (kernel == "auto" && packed.any() && dtype != fa::DType::fp32) {
+    pl.runs = "gpu_v3";
+    why.push_back("auto: gpu_v3, the backward that reads a packed batch");
+  } else if (kernel == "auto") {
     const auto [k, reason] = choose(p.d, dtype, smem_limit, sm);
     pl.runs = k;
     why.push_back("auto: " + reason);
@@ -230,9 +238,23 @@ BwdPlan backward_plan(const std::string& kernel, const fa::AttnProblem& p, fa::D
   if (asked && pl.runs != "gpu_v2" && pl.runs != "gpu_v2_det")
     throw fa::InputError("shape (fa06::BwdShape)", "no block choice for " + pl.runs + (pl.runs != kernel ? " (" + kernel + " runs it here)" : ""),
                          std::to_string(shape.Bc));
+  if (packed.any()) {  // a packed batch (issue 34): gpu_v3 reads one; nothing else may ignore it
+    if (pl.runs != "gpu_v3")
+      throw fa::InputError("--cu-seqlens-q", "--bwd-kernel gpu_v3 or auto with --dtype fp16/bf16 (gpu_v3 alone reads a packed batch)",
+                           "--bwd-kernel " + kernel + (pl.runs != kernel ? ", which runs " + pl.runs + " here" : ""));
+    if (packed.cu_k == nullptr || packed.total_q < p.N_q || packed.total_k < p.N_k)
+      throw fa::InputError("--cu-seqlens-q/-k", "both offsets arrays, the longest sequence no longer than the batch's tokens",
+                           "N_q " + std::to_string(p.N_q) + " of " + std::to_string(packed.total_q) + ", N_k " +
+                               std::to_string(p.N_k) + " of " + std::to_string(packed.total_k));
+    if (std::max(packed.total_q, packed.total_k) > INT_MAX)
+      throw fa::InputError("--cu-seqlens-q/-k", "at most 2^31 - 1 tokens (the kernel's offsets are 32-bit)",
+                           std::to_string(std::max(packed.total_q, packed.total_k)));
+  }
   const bool v1 = pl.runs == "gpu_v1", v3 = is_v3(pl.runs), v4 = is_v4(pl.runs);
   pl.d_kernel = v1 ? p.d : D;
-  const int64_t q_rows = p.lse_elems(), kv_rows = p.B * p.H_kv * p.N_k;
+  // Rows of Q (and of LSE, D) and of K: the padded problem's, or a packed batch's tokens times heads.
+  const int64_t q_rows = packed.any() ? packed.total_q * p.H : p.lse_elems();
+  const int64_t kv_rows = packed.any() ? packed.total_k * p.H_kv : p.B * p.H_kv * p.N_k;
   const int64_t blocks_d = ceil_div(q_rows, 8);  // row_dots_kernel: 8 rows per block
   if (v1) {
     const int64_t B = p.d <= 64 ? 64 : 32;
@@ -329,28 +351,37 @@ void run_v1(const BwdPlan& pl, const fa::AttnProblem& p, const T* q, const T* k,
 template <class T>
 void run_tensor_cores(const BwdPlan& pl, bool det, const fa::AttnProblem& p, int64_t d_out, const T* q, const T* k,
                       const T* v, const T* g, const float* LSE, const float* D, T* dQ, T* dK, T* dV,
-                      cudaStream_t stream) {
+                      cudaStream_t stream, const fa::VarlenDevice& packed) {
+  // Rows of Q: the problem's, or a packed batch's tokens times heads (dQacc then token-major too).
+  const int64_t rows = packed.any() ? packed.total_q * p.H : p.lse_elems();
   // dQ's float32 accumulator (and the turns of the deterministic variants) start at zero.
-  fa::DeviceBuffer<float> dQacc(p.q_elems(), fa::Mem::Extra, stream);
+  fa::DeviceBuffer<float> dQacc(rows * p.d, fa::Mem::Extra, stream);
   FA_CUDA_CHECK(cudaMemsetAsync(dQacc.get(), 0, size_t(dQacc.bytes()), stream));
   // The turns: one per (b, h, query block), then the counter that numbers the blocks as they start.
   fa::DeviceBuffer<int> turn(det ? p.B * p.H * ceil_div(p.N_q, bwd_v2::Br) + 1 : 0, fa::Mem::Extra, stream);
   if (det) FA_CUDA_CHECK(cudaMemsetAsync(turn.get(), 0, size_t(turn.bytes()), stream));
-  auto launch = [&](auto* kernel_fn) {
+  // gpu_v3 also takes the packed batch's offsets (extra: a fa05::Packed).
+  auto launch = [&](auto* kernel_fn, auto... extra) {
     set_smem(kernel_fn, pl.smem_dkdv);
     kernel_fn<<<unsigned(pl.blocks_dkdv), unsigned(pl.threads), size_t(pl.smem_dkdv), stream>>>(
-        q, k, v, g, LSE, D, dK, dV, dQacc.get(), turn.get(), p, p.resolved_scale(), ceil_div(p.N_k, pl.Bc));
+        q, k, v, g, LSE, D, dK, dV, dQacc.get(), turn.get(), p, p.resolved_scale(), ceil_div(p.N_k, pl.Bc), extra...);
     FA_CUDA_CHECK(cudaGetLastError());
   };
+  const fa05::Packed pk{packed.cu_q, packed.cu_k, int(packed.total_q), int(packed.total_k)};
   with_width(p.d, [&](auto dh) {
     constexpr int Dh = decltype(dh)::value;
     if (is_v4(pl.runs)) {
       if constexpr (Dh == 128) return det ? launch(bwd_v4::dk_dv_dq_kernel<T, 128, true>) : launch(bwd_v4::dk_dv_dq_kernel<T, 128, false>);
     } else if (is_v3(pl.runs)) {
+      // A packed batch: the kernel compiled for one (never deterministic: backward_plan()).
       if constexpr (Dh >= 128)  // one stage: compiled where two may not fit (an A100's 163 KiB)
         if (pl.stages == 1)
-          return det ? launch(bwd_v3::dk_dv_dq_kernel<T, Dh, true, 1>) : launch(bwd_v3::dk_dv_dq_kernel<T, Dh, false, 1>);
-      return det ? launch(bwd_v3::dk_dv_dq_kernel<T, Dh, true, 2>) : launch(bwd_v3::dk_dv_dq_kernel<T, Dh, false, 2>);
+          return packed.any() ? launch(bwd_v3::dk_dv_dq_kernel<T, Dh, false, 1, true>, pk)
+                 : det        ? launch(bwd_v3::dk_dv_dq_kernel<T, Dh, true, 1>, pk)
+                              : launch(bwd_v3::dk_dv_dq_kernel<T, Dh, false, 1>, pk);
+      return packed.any() ? launch(bwd_v3::dk_dv_dq_kernel<T, Dh, false, 2, true>, pk)
+             : det        ? launch(bwd_v3::dk_dv_dq_kernel<T, Dh, true, 2>, pk)
+                          : launch(bwd_v3::dk_dv_dq_kernel<T, Dh, false, 2>, pk);
     } else {
       return with_shape<Dh>({pl.Bc, pl.keys_per_warp}, [&](auto w, auto km) {
         constexpr int W = decltype(w)::value, kM = decltype(km)::value;
@@ -361,7 +392,6 @@ void run_tensor_cores(const BwdPlan& pl, bool det, const fa::AttnProblem& p, int
                                              " (backward_plan() and run_tensor_cores() disagree)", pl.runs);
   });
   // dQ = scale dQacc in T, without the padded columns.
-  const int64_t rows = p.lse_elems();
   bwd_v2::dq_convert_kernel<T><<<unsigned(std::min<int64_t>(ceil_div(rows * d_out, 256), 4096)), 256, 0, stream>>>(
       dQacc.get(), dQ, rows, int(d_out), int(p.d), p.resolved_scale());
   FA_CUDA_CHECK(cudaGetLastError());
@@ -370,10 +400,15 @@ void run_tensor_cores(const BwdPlan& pl, bool det, const fa::AttnProblem& p, int
 
 }  // namespace
 
-void backward(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const void* Q,
-              const void* K, const void* V, const void* O, const void* dO, const float* LSE, void* dQ,
-              void* dK, void* dV, cudaStream_t stream, BwdShape shape, int sm) {
-  const BwdPlan pl = backward_plan(kernel, p, dtype, shape, sm);
+namespace {
+// backward() and backward_varlen(): D, then the plan's kernels (on padded copies where d needs them).
+void backward_impl(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const void* Q,
+                   const void* K, const void* V, const void* O, const void* dO, const float* LSE, void* dQ,
+                   void* dK, void* dV, cudaStream_t stream, BwdShape shape, int sm, const fa::VarlenDevice& packed) {
+  const BwdPlan pl = backward_plan(kernel, p, dtype, shape, sm, packed);
+  // Rows of Q (and LSE, D) and of K: a packed batch's tokens times heads, token-major.
+  const int64_t q_rows = packed.any() ? packed.total_q * p.H : p.lse_elems();
+  const int64_t kv_rows = packed.any() ? packed.total_k * p.H_kv : p.B * p.H_kv * p.N_k;
   with_type(dtype, [&](auto zero) {
     using T = decltype(zero);
     const auto* q = static_cast<const T*>(Q);
@@ -382,16 +417,17 @@ void backward(const std::string& kernel, const fa::AttnProblem& p, fa::DType dty
     const auto* g = static_cast<const T*>(dO);
     // D = rowsum(dO * O) (FA2 Alg. 2 line 4): one warp per row, 8 rows per thread block of 256.
     // At the real d: zero columns would add nothing to it.
-    fa::DeviceBuffer<float> D(p.lse_elems(), fa::Mem::Extra, stream);
-    bwd_v1::row_dots_kernel<T><<<unsigned(ceil_div(p.lse_elems(), 8)), 256, 0, stream>>>(
-        static_cast<const T*>(O), g, D.get(), p.lse_elems(), int(p.d));
+    // A packed batch's D is [H, total_q], as its LSE.
+    fa::DeviceBuffer<float> D(q_rows, fa::Mem::Extra, stream);
+    bwd_v1::row_dots_kernel<T><<<unsigned(ceil_div(q_rows, 8)), 256, 0, stream>>>(
+        static_cast<const T*>(O), g, D.get(), q_rows, int(p.d), packed.any() ? p.H : 0);
     FA_CUDA_CHECK(cudaGetLastError());
     if (pl.runs == "gpu_v1") {
       run_v1<T>(pl, p, q, k, v, g, LSE, D.get(), static_cast<T*>(dQ), static_cast<T*>(dK), static_cast<T*>(dV), stream);
     } else if constexpr (!std::is_same_v<T, float>) {
       if (pl.d_kernel == p.d) {
         run_tensor_cores<T>(pl, is_det(pl.runs), p, p.d, q, k, v, g, LSE, D.get(), static_cast<T*>(dQ),
-                            static_cast<T*>(dK), static_cast<T*>(dV), stream);
+                            static_cast<T*>(dK), static_cast<T*>(dV), stream, packed);
         return;
       }
       // Padded (runner_bwd.hpp, "Head dims"): the problem at the native width, with the real d's
@@ -399,7 +435,7 @@ void backward(const std::string& kernel, const fa::AttnProblem& p, fa::DType dty
       fa::AttnProblem pp = p;
       pp.d = pl.d_kernel;
       pp.scale = p.resolved_scale();
-      const int64_t q_rows = p.lse_elems(), kv_rows = p.B * p.H_kv * p.N_k, W = pp.d, e = sizeof(T);
+      const int64_t W = pp.d, e = sizeof(T);
       fa::DeviceBuffer<T> Qp(q_rows * W, fa::Mem::Extra, stream), dOp(q_rows * W, fa::Mem::Extra, stream),
           Kp(kv_rows * W, fa::Mem::Extra, stream), Vp(kv_rows * W, fa::Mem::Extra, stream),
           dKp(kv_rows * W, fa::Mem::Extra, stream), dVp(kv_rows * W, fa::Mem::Extra, stream);
@@ -408,12 +444,26 @@ void backward(const std::string& kernel, const fa::AttnProblem& p, fa::DType dty
       fa::pad_columns(k, Kp.get(), kv_rows, p.d, W, e, stream);
       fa::pad_columns(v, Vp.get(), kv_rows, p.d, W, e, stream);
       run_tensor_cores<T>(pl, is_det(pl.runs), pp, p.d, Qp.get(), Kp.get(), Vp.get(), dOp.get(), LSE, D.get(),
-                          static_cast<T*>(dQ), dKp.get(), dVp.get(), stream);
+                          static_cast<T*>(dQ), dKp.get(), dVp.get(), stream, packed);
       fa::unpad_columns(dKp.get(), dK, kv_rows, W, p.d, e, stream);
       fa::unpad_columns(dVp.get(), dV, kv_rows, W, p.d, e, stream);
       // The copies go back to the stream-ordered pool after the kernels that use them.
     }
   });
+}
+}  // namespace
+
+void backward(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const void* Q,
+              const void* K, const void* V, const void* O, const void* dO, const float* LSE, void* dQ,
+              void* dK, void* dV, cudaStream_t stream, BwdShape shape, int sm) {
+  backward_impl(kernel, p, dtype, Q, K, V, O, dO, LSE, dQ, dK, dV, stream, shape, sm, fa::VarlenDevice{});
+}
+
+void backward_varlen(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const void* Q,
+                     const void* K, const void* V, const void* O, const void* dO, const float* LSE, void* dQ,
+                     void* dK, void* dV, const fa::VarlenDevice& packed, cudaStream_t stream) {
+  if (!packed.any()) throw fa::InputError("--cu-seqlens-q", "the offsets of a packed batch", "none");
+  backward_impl(kernel, p, dtype, Q, K, V, O, dO, LSE, dQ, dK, dV, stream, BwdShape{}, 0, packed);
 }
 
 }  // namespace fa06

@@ -40,6 +40,7 @@
 #include "dtype.hpp"
 #include "errors.hpp"
 #include "problem.hpp"
+#include "varlen.hpp"
 
 namespace fa06 {
 
@@ -119,6 +120,12 @@ struct BwdPlan {
 // memory: smem_optin_bytes(sm)); 0: the current device's (none: a Hopper assumed).
 BwdPlan backward_plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, BwdShape shape = {},
                      int sm = 0);
+// The same for a packed variable-length batch (issue 34; common/varlen.hpp; only its totals and
+// whether cu_q is set are read): p is varlen_problem()'s (B sequences, N_q and N_k the longest).
+// gpu_v3 and auto (which runs gpu_v3) take one, in fp16/bf16; every other kernel, fp32 and the
+// deterministic variants are refused ("--cu-seqlens-q").
+BwdPlan backward_plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, BwdShape shape, int sm,
+                      const fa::VarlenDevice& packed);
 
 // Runs the backward on device pointers (layout above) on `stream`, without waiting for it:
 // D = rowsum(dO * O), then the kernels of the plan (at a padded width: the copies around them);
@@ -128,5 +135,13 @@ BwdPlan backward_plan(const std::string& kernel, const fa::AttnProblem& p, fa::D
 void backward(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const void* Q,
               const void* K, const void* V, const void* O, const void* dO, const float* LSE, void* dQ,
               void* dK, void* dV, cudaStream_t stream, BwdShape shape = {}, int sm = 0);
+// A packed batch in one launch of gpu_v3 (each key block reads its sequence's offsets:
+// kernels/bwd_v3_split.cuh): Q, O, dO, dQ [total_q, H, d], K, V, dK, dV [total_k, H_kv, d], LSE
+// [H, total_q]; p as backward_plan()'s. Keys no query sees get dK = dV = 0, rows that see no key
+// dQ = 0. The offsets are not read on the host (validate them where they are made); the kernel
+// clamps them to the totals. Throws as backward_plan() with the batch.
+void backward_varlen(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const void* Q,
+                     const void* K, const void* V, const void* O, const void* dO, const float* LSE, void* dQ,
+                     void* dK, void* dV, const fa::VarlenDevice& packed, cudaStream_t stream);
 
 }  // namespace fa06

@@ -15,6 +15,7 @@
 //   - scale != 1/sqrt(d), MQA and B > 1 at the tensor-core head dims
 //   - the extra GPU memory: D for gpu_v1; D and dQ's float32 accumulator for the others, and the
 //     padded copies where d is not a native width
+//   - packed variable-length batches (issue 34): gpu_v3 in one launch against gpu_v3 per sequence
 //   - the variants (issue 34): the variant backward battery (windows, softcaps) for gpu_v1 in fp32,
 //     fp16, bf16 and each tensor-core backward in fp16/bf16 (also at d = 128), ragged shapes whose
 //     band edges cross the blocks, bit-identical gradients with a window; O and LSE from stage
@@ -23,15 +24,21 @@
 // No timing here.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "baseline.hpp"
+#include "check.hpp"
 #include "conformance.hpp"
+#include "device_buffer.hpp"
 #include "dtype.hpp"
 #include "devstats.hpp"
+#include "reference.hpp"
 #include "stage_06_gpu.hpp"
+#include "varlen.hpp"
 
 namespace {
 const fa::DType kHalfTypes[] = {fa::DType::fp16, fa::DType::bf16};
@@ -489,4 +496,123 @@ TEST_CASE("06 gpu variants: gpu_v1 and the _det variants bit-identical over 10 r
         CHECK(fa::same_bits(a.dV, b.dV));
       }
     }
+}
+
+// Packed variable-length batches (issue 34): gpu_v3 reads the whole batch in one launch, each key
+// block its sequence's offsets (kernels/bwd_v3_split.cuh). Checked against gpu_v3 run once per
+// sequence on contiguous [1, H, N, d] copies, which the batteries above check against float64:
+// both do the same arithmetic in the same order inside a key block, so dK and dV must be the same
+// bits. dQ is added across key blocks by float32 atomics in whatever order the blocks finish: a
+// different order of its T = ceil(N_k / Bc) partial sums moves it by at most (T - 1) 2^-24 S, with
+// S >= sum_j |scale dS_ij K_jc| (S = scale 2d max|dO| max|V| max|K|: |dS_ij| <= P_ij (|dP_ij| +
+// |D_i|), each a length-d dot product), and rounding to 16 bits adds one unit in the last place.
+namespace {
+double ulp16(fa::DType t, double x) {  // the spacing of fp16 / bf16 numbers at |x|
+  int e = 0;
+  std::frexp(std::max(std::abs(x), 1e-30), &e);  // |x| = m 2^e, m in [0.5, 1)
+  return t == fa::DType::bf16 ? std::ldexp(1.0, e - 1 - 7) : std::ldexp(1.0, std::max(e - 1, -14) - 10);
+}
+}  // namespace
+
+TEST_CASE("06 gpu_v3: a packed batch in one launch gives the per-sequence gradients (dK, dV bit for bit, dQ to rounding)") {
+  const auto offsets = [](const std::vector<int32_t>& lens) {
+    std::vector<int32_t> cu{0};
+    for (int32_t n : lens) cu.push_back(cu.back() + n);
+    return cu;
+  };
+  // Sequences across several 64-row steps and 64/128-key blocks; one without queries, one without
+  // keys, one of a single token; N_q(b) != N_k(b) both ways.
+  const fa::VarlenHost v{offsets({700, 1, 0, 300, 129, 5, 64}), offsets({700, 1, 5, 300, 1000, 0, 64})};
+  for (int64_t d : {32, 64, 96, 128, 192, 256, 80})
+    for (int variant = 0; variant < 3; ++variant)
+      for (fa::DType t : kHalfTypes) {
+        if (t == fa::DType::fp16 && d != 128 && d != 80) continue;
+        fa::AttnProblem tmpl = fa::make_problem(1, 4, 2, 1, 1, d, variant != 0);
+        if (variant == 2) tmpl.window_left = 150, tmpl.softcap = 20.f;
+        fa::Inputs in = fa::random_varlen_inputs(tmpl, v, uint64_t(1000 * d + 10 * variant + int(t)));
+        fa::add_grad_output(in, "", uint64_t(d + variant));
+        const fa::AttnProblem& p = in.p;
+        INFO("d " << d << " variant " << variant << " " << std::string(fa::dtype_name(t)));
+        for (fa::Tensor* x : {&in.Q, &in.K, &in.V, &in.dO}) fa::round_tensor(*x, t);
+        // O and LSE: the float64 forward's (any O and LSE serve: both runs read the same ones).
+        fa::TensorD O64, L64;
+        fa::reference_varlen_forward(p, v, in.Q, in.K, in.V, O64, L64);
+        fa::Tensor O = fa::convert<float>(O64), LSE = fa::convert<float>(L64);
+        fa::round_tensor(O, t);
+        const int64_t eb = fa::dtype_bytes(t);
+        const auto upload = [&](const fa::Tensor& x) {
+          std::vector<uint8_t> h(size_t(eb * x.numel()));
+          fa::encode(t, x.ptr(), x.numel(), h.data());
+          fa::DeviceBuffer<uint8_t> g(int64_t(h.size()), fa::Mem::Io);
+          FA_CUDA_CHECK(cudaMemcpy(g.get(), h.data(), h.size(), cudaMemcpyHostToDevice));
+          return g;
+        };
+        const auto download = [&](const fa::DeviceBuffer<uint8_t>& g, fa::Tensor& x) {
+          std::vector<uint8_t> h(size_t(g.bytes()));
+          FA_CUDA_CHECK(cudaMemcpy(h.data(), g.get(), h.size(), cudaMemcpyDeviceToHost));
+          fa::decode(t, h.data(), x.numel(), x.ptr());
+        };
+        const auto upload_f32 = [](const std::vector<float>& x) {
+          fa::DeviceBuffer<float> g(int64_t(x.size()), fa::Mem::Io);
+          FA_CUDA_CHECK(cudaMemcpy(g.get(), x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+          return g;
+        };
+        // One launch on the packed batch, gradients poisoned first.
+        fa::Tensor dQ(in.Q.shape), dK(in.K.shape), dV(in.V.shape);
+        {
+          auto gQ = upload(in.Q), gK = upload(in.K), gV = upload(in.V), gO = upload(O), gdO = upload(in.dO);
+          auto gL = upload_f32(LSE.data);
+          fa::DeviceBuffer<uint8_t> gdQ(eb * dQ.numel(), fa::Mem::Io), gdK(eb * dK.numel(), fa::Mem::Io),
+              gdV(eb * dV.numel(), fa::Mem::Io);
+          for (auto* g : {&gdQ, &gdK, &gdV}) FA_CUDA_CHECK(cudaMemset(g->get(), 0xFF, size_t(g->bytes())));
+          fa::DeviceBuffer<int32_t> cq(int64_t(v.cu_q.size()), fa::Mem::Io), ck(int64_t(v.cu_k.size()), fa::Mem::Io);
+          FA_CUDA_CHECK(cudaMemcpy(cq.get(), v.cu_q.data(), v.cu_q.size() * 4, cudaMemcpyHostToDevice));
+          FA_CUDA_CHECK(cudaMemcpy(ck.get(), v.cu_k.data(), v.cu_k.size() * 4, cudaMemcpyHostToDevice));
+          fa06::backward_varlen("gpu_v3", p, t, gQ.get(), gK.get(), gV.get(), gO.get(), gdO.get(), gL.get(), gdQ.get(),
+                                gdK.get(), gdV.get(), {cq.get(), ck.get(), v.total_q(), v.total_k()}, nullptr);
+          FA_CUDA_CHECK(cudaDeviceSynchronize());
+          download(gdQ, dQ), download(gdK, dK), download(gdV, dV);
+        }
+        // gpu_v3 once per sequence on [1, H, N, d] copies; zeros where a sequence has no key or no query.
+        fa::Tensor rQ(in.Q.shape), rK(in.K.shape), rV(in.V.shape);
+        for (int64_t b = 0; b < v.batch(); ++b) {
+          const int64_t t0 = v.cu_q[size_t(b)], n = v.n_q(b), u0 = v.cu_k[size_t(b)], m = v.n_k(b);
+          if (n == 0 || m == 0) continue;
+          fa::AttnProblem s = p;
+          s.B = 1, s.N_q = n, s.N_k = m, s.token_major = false, s.lse_head_stride = 0;
+          std::vector<float> ls(size_t(p.H * n));
+          for (int64_t h = 0; h < p.H; ++h)
+            for (int64_t i = 0; i < n; ++i) ls[size_t(h * n + i)] = LSE[h * v.total_q() + t0 + i];
+          auto gQ = upload(fa::gather_rows(in.Q, p.H, p.d, t0, n)), gK = upload(fa::gather_rows(in.K, p.H_kv, p.d, u0, m)),
+               gV = upload(fa::gather_rows(in.V, p.H_kv, p.d, u0, m)), gO = upload(fa::gather_rows(O, p.H, p.d, t0, n)),
+               gdO = upload(fa::gather_rows(in.dO, p.H, p.d, t0, n));
+          auto gL = upload_f32(ls);
+          fa::DeviceBuffer<uint8_t> gdQ(eb * s.q_elems(), fa::Mem::Io), gdK(eb * s.kv_elems(), fa::Mem::Io),
+              gdV(eb * s.kv_elems(), fa::Mem::Io);
+          fa06::backward("gpu_v3", s, t, gQ.get(), gK.get(), gV.get(), gO.get(), gdO.get(), gL.get(), gdQ.get(), gdK.get(),
+                         gdV.get(), nullptr);
+          FA_CUDA_CHECK(cudaDeviceSynchronize());
+          fa::Tensor sq({1, p.H, n, p.d}), sk({1, p.H_kv, m, p.d}), sv({1, p.H_kv, m, p.d});
+          download(gdQ, sq), download(gdK, sk), download(gdV, sv);
+          fa::scatter_rows(sq, p.H, p.d, t0, n, rQ);
+          fa::scatter_rows(sk, p.H_kv, p.d, u0, m, rK);
+          fa::scatter_rows(sv, p.H_kv, p.d, u0, m, rV);
+        }
+        CHECK(fa::same_bits(dK, rK));
+        CHECK(fa::same_bits(dV, rV));
+        const auto amax = [](const fa::Tensor& x) {
+          double a = 0;
+          for (float y : x.data) a = std::max(a, double(std::abs(y)));
+          return a;
+        };
+        const double S = p.resolved_scale() * 2.0 * double(p.d) * amax(in.dO) * amax(in.V) * amax(in.K);
+        const int64_t T = (p.N_k + 127) / 128;
+        const double reorder = double(T - 1) * std::ldexp(1.0, -24) * S;
+        int64_t bad = 0;
+        for (int64_t e = 0; e < dQ.numel(); ++e) {
+          const double a = dQ[e], r = rQ[e];
+          if (!(std::abs(a - r) <= ulp16(t, std::max(std::abs(a), std::abs(r))) + reorder)) ++bad;
+        }
+        CHECK(bad == 0);
+      }
 }

@@ -318,6 +318,33 @@ TEST_CASE("06 gpu plan: every kernel takes a window and a softcap; auto chooses 
 // from there), and on every tile the two diagonals give visible() exactly, a tile they do not cross
 // being visible whole. Odd sizes, N_q != N_k both ways, causal, windows of 0, 1, below and above a
 // block, one-sided, wider than N (and INT64_MAX), at the kernels' block sizes and odd ones.
+// A packed batch (issue 34): gpu_v3 reads one in one launch; plan() refuses the rest.
+TEST_CASE("06 gpu plan: a packed batch runs gpu_v3 (auto too); other kernels, fp32 and _det refuse it; totals size D and dQacc") {
+  // 3 sequences, the longest of 300 queries and 500 keys; 600 queries and 900 keys in all.
+  const fa::AttnProblem p = fa::make_problem(3, 8, 2, 300, 500, 128, true);
+  int32_t dummy = 0;
+  const fa::VarlenDevice packed{&dummy, &dummy, 600, 900};
+  const fa06::BwdPlan pl = fa06::backward_plan("gpu_v3", p, fa::DType::bf16, {}, 90, packed);
+  CHECK(pl.runs == "gpu_v3");
+  CHECK(pl.blocks_dkdv == 3 * 2 * 4);  // (sequence, kv head, key block) of the longest: ceil(500 / 128)
+  CHECK(pl.workspace_bytes == 4 * 600 * 8 + 4 * 600 * 8 * 128);  // D and dQacc: the batch's tokens x heads
+  CHECK(fa06::backward_plan("auto", p, fa::DType::fp16, {}, 90, packed).runs == "gpu_v3");
+  CHECK(fa06::backward_plan("auto", p, fa::DType::bf16, {}, 80, packed).runs == "gpu_v3");
+  for (const char* k : {"gpu_v1", "gpu_v2", "gpu_v2_det", "gpu_v3_det", "gpu_v4", "gpu_v4_det"})
+    CHECK_THROWS_WITH_AS(fa06::backward_plan(k, p, fa::DType::bf16, {}, 90, packed), doctest::Contains("--cu-seqlens-q"),
+                         fa::InputError);
+  CHECK_THROWS_WITH_AS(fa06::backward_plan("gpu_v3", p, fa::DType::fp32, {}, 90, packed), doctest::Contains("--cu-seqlens-q"),
+                       fa::InputError);
+  const fa::VarlenDevice short_batch{&dummy, &dummy, 299, 900};
+  CHECK_THROWS_WITH_AS(fa06::backward_plan("gpu_v3", p, fa::DType::bf16, {}, 90, short_batch),
+                       doctest::Contains("--cu-seqlens-q/-k"), fa::InputError);
+  // d = 80 runs at 96 on copies of the packed tensors: tokens x heads rows, not B N.
+  const fa::AttnProblem p80 = fa::make_problem(3, 8, 2, 300, 500, 80, true);
+  const fa06::BwdPlan pad = fa06::backward_plan("gpu_v3", p80, fa::DType::bf16, {}, 90, packed);
+  CHECK(pad.d_kernel == 96);
+  CHECK(pad.pad_bytes == 2 * (2 * 600 * 8 + 4 * 900 * 2) * 96);
+}
+
 TEST_CASE("06 gpu band: query_blocks, first_key_block and band_tile agree with visible() pair by pair") {
   const int64_t sizes[][2] = {{1, 1}, {1, 100}, {17, 17}, {64, 64}, {65, 129}, {129, 65}, {200, 37}, {37, 200}, {300, 300}};
   const int64_t windows[][2] = {{-1, -1}, {0, 0},  {1, 1},     {16, 16},   {100, 3},  {3, 100},

@@ -385,7 +385,7 @@ TEST_CASE("06 C ABI: libfa06.so exports fa06_* and nothing else") {
     if (sym.rfind("fa06_", 0) == 0) ++fa06;
     else CHECK(false);
   }
-  CHECK(fa06 == 13);  // the thirteen functions of fa06.h, with or without the GPU half
+  CHECK(fa06 == 14);  // the fourteen functions of fa06.h, with or without the GPU half
 }
 
 TEST_CASE("06 C ABI: the GPU half refuses before it touches a GPU") {
@@ -419,6 +419,26 @@ TEST_CASE("06 C ABI: the GPU half refuses before it touches a GPU") {
                         X.data(), 1, 1, 1, 4, 4, b.d, b.dtype, 0, b.scale, nullptr) == FA06_INVALID_ARGUMENT);
     CHECK(std::string(fa06_last_error()).find(b.what) != std::string::npos);
   }
+  // fa06_backward_varlen: NULL offsets, a kernel other than gpu_v3 / auto, fp32, a _det variant
+  // and a bad window are refused on the arguments alone, each naming what is wrong.
+  const int32_t cu[3] = {0, 2, 4};
+  const auto varlen = [&](const char* k, const int32_t* cq, int dtype, int64_t left) {
+    return fa06_backward_varlen(k, X.data(), X.data(), X.data(), X.data(), X.data(), X.data(), X.data(), X.data(),
+                                X.data(), cq, cu, 2, 4, 4, 2, 2, 1, 1, 16, dtype, 1, 0.f, left, -1, 0.f, nullptr);
+  };
+  CHECK(varlen("gpu_v3", nullptr, 2, -1) == FA06_INVALID_ARGUMENT);
+  CHECK(std::string(fa06_last_error()).find("cu_seqlens_q") != std::string::npos);
+  for (const char* k : {"gpu_v2", "gpu_v4", "gpu_v3_det", "gpu_v1"}) {
+    INFO(k);
+    CHECK(varlen(k, cu, 2, -1) == FA06_INVALID_ARGUMENT);
+    CHECK(std::string(fa06_last_error()).find("--cu-seqlens-q") != std::string::npos);
+  }
+  CHECK(varlen("gpu_v3", cu, 0, -1) == FA06_INVALID_ARGUMENT);  // fp32 runs gpu_v1
+  CHECK(std::string(fa06_last_error()).find("--cu-seqlens-q") != std::string::npos);
+  CHECK(varlen("auto", cu, 2, -4) == FA06_INVALID_ARGUMENT);
+  CHECK(std::string(fa06_last_error()).find("--window") != std::string::npos);
+  CHECK(varlen("auto", cu, 2, -1) != FA06_OK);  // host offsets (or no GPU): refused before a kernel
+  CHECK(std::string(fa06_last_error()).find('\n') == std::string::npos);
   // Host memory (or, without a GPU, no GPU) is refused before any kernel could fault on it.
   std::vector<float> big(4 * 1 * 16 + 64, 1.f);
   float* a = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(big.data()) + 15) / 16 * 16);

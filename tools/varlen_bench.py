@@ -13,7 +13,12 @@ TFLOP/s count the useful work only: each sequence's own causal (query, key) pair
 (AttnProblem::forward_flops), so padding shows as lost speed. Packed and torch varlen are checked
 against each other (max |diff|).
 
-  python3 tools/varlen_bench.py --lib build-gpu/05_cuda_tiled/libfa05.so --json OUT.json
+With --lib06 (libfa06.so) the backward too, the same four ways: fa06_backward_varlen (gpu_v3 in one
+launch), fa06_backward on the padded copies and once per sequence (kernel "auto": gpu_v2, gpu_v4 or
+gpu_v3 by d), and varlen_attn's autograd (forward and backward minus forward); 2.5x the forward's
+FLOPs (the FlashAttention convention).
+
+  python3 tools/varlen_bench.py --lib build-gpu/05_cuda_tiled/libfa05.so [--lib06 .../libfa06.so] --json OUT.json
 
 bf16, causal, H = 16 (H_kv = 16 and 4), d = 128 and 64; batches: lengths uniform in 128 ... 4096
 (about 64k tokens), 512 short sequences of 16 ... 256, and one long sequence with many short
@@ -41,6 +46,15 @@ def bind(lib):
     lib.fa05_forward_varlen.restype = ci
     lib.fa05_forward.argtypes = [ctypes.c_char_p] + [vp] * 5 + [i64] * 6 + [ci, ci, cf, vp]
     lib.fa05_forward.restype = ci
+
+
+def bind06(lib):
+    i64, vp, ci, cf = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int, ctypes.c_float
+    lib.fa06_backward_varlen.argtypes = [ctypes.c_char_p] + [vp] * 11 + [i64] * 8 + [ci, ci, cf, i64, i64, cf, vp]
+    lib.fa06_backward_varlen.restype = ci
+    lib.fa06_backward.argtypes = [ctypes.c_char_p] + [vp] * 9 + [i64] * 6 + [ci, ci, cf, vp]
+    lib.fa06_backward.restype = ci
+    lib.fa06_last_error.restype = ctypes.c_char_p
 
 
 def check(lib, s, what):
@@ -90,6 +104,7 @@ def main():
     ap.add_argument("--json", required=True)
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--dims", default="128,64")
+    ap.add_argument("--lib06", help="libfa06.so: time the backward too")
     a = ap.parse_args()
     gpu = open_gpu("varlen_bench", a.lib)
     if gpu is None:
@@ -98,6 +113,10 @@ def main():
     lib = fa.lib
     bind(lib)
     varlen_attn = torch_varlen()
+    lib06 = None
+    if a.lib06:
+        lib06 = ctypes.CDLL(a.lib06)
+        bind06(lib06)
     rows = []
 
     def save():
@@ -120,13 +139,14 @@ def main():
                 pairs = sum(n * (n + 1) // 2 for n in lens)  # causal, N_q = N_k per sequence
                 flops = 4.0 * H * d * pairs
 
-                def record(impl, fn, diff=None):
-                    ms = time_ms(fn, a.reps, 0)
+                def record(impl, fn, diff=None, pass_="forward", minus_ms=0.0):
+                    ms = time_ms(fn, a.reps, 0) - minus_ms
+                    work = flops * (2.5 if pass_ == "backward" else 1.0)
                     row = {"batch": name, "B": B, "total_tokens": total, "N_max": N, "H": H, "H_kv": H_kv, "d": d,
-                           "causal": True, "dtype": "bf16", "impl": impl, "ms": ms, "useful_TFLOPs": flops / ms / 1e9,
-                           "max_diff_vs_packed": diff}
+                           "causal": True, "dtype": "bf16", "pass": pass_, "impl": impl, "ms": ms,
+                           "useful_TFLOPs": work / ms / 1e9, "max_diff_vs_packed": diff}
                     rows.append(row)
-                    print(f"d={d:3d} H={H}/{H_kv:2d} {name:20s} B={B:4d} {impl:14s} {ms:8.3f} ms "
+                    print(f"{pass_[:3]} d={d:3d} H={H}/{H_kv:2d} {name:20s} B={B:4d} {impl:14s} {ms:8.3f} ms "
                           f"{row['useful_TFLOPs']:7.1f} TFLOP/s" + (f"  diff {diff:.1e}" if diff is not None else ""))
 
                 packed = lambda: packed_call(lib, q, k, v, o, lse, cu, cu, N, N, scale)
@@ -147,6 +167,20 @@ def main():
                 # (Padding at the end with the mask bottom-right aligned shifts each sequence's
                 # diagonal: the timing is the point here, the values are not compared.)
                 record("padded", lambda: dense_call(lib, qp, kp, vp, op, lp, scale))
+                # The backward of the padded batch, from its own forward's O and LSE (not for the one-long
+                # batch: 94x the work, seconds a call).
+                if lib06 is not None and B * N * N < 2e9:
+                    dense_call(lib, qp, kp, vp, op, lp, scale)
+                    gp = torch.randn_like(qp)
+                    dqp, dkp, dvp = torch.empty_like(qp), torch.empty_like(kp), torch.empty_like(vp)
+
+                    def padded_bwd():
+                        check(lib06, lib06.fa06_backward(b"auto", *(t.data_ptr() for t in (qp, kp, vp, op, gp, lp, dqp, dkp,
+                                                                                        dvp)),
+                                                         B, H, H_kv, N, N, d, 2, 1, float(scale),
+                                                         torch.cuda.current_stream().cuda_stream), "fa06_backward")
+                    record("padded", padded_bwd, pass_="backward")
+                    del gp, dqp, dkp, dvp
                 del qp, kp, vp, op, lp
                 # Looped: one launch per sequence on contiguous [1, H, n, d] copies (made once).
                 seqs = []
@@ -162,16 +196,58 @@ def main():
                 diff = max(float((os_[0].transpose(0, 1).float() - ref[int(cu[b]):int(cu[b]) + lens[b]].float())
                                  .abs().max()) for b, (_, _, _, os_, _) in enumerate(seqs))
                 record("looped", looped, diff)
+                if lib06 is not None:
+                    do = torch.randn_like(q)
+                    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+                    def packed_bwd():
+                        check(lib06, lib06.fa06_backward_varlen(b"gpu_v3", *(t.data_ptr() for t in (q, k, v, o, do, lse, dq, dk,
+                                                                                                dv, cu, cu)),
+                                                                B, total, total, N, N, H, H_kv, d, 2, 1, float(scale), -1,
+                                                                -1, 0.0, torch.cuda.current_stream().cuda_stream),
+                              "fa06_backward_varlen")
+                    packed()  # O and LSE of the packed forward
+                    record("packed", packed_bwd, pass_="backward")
+                    ref_dq = (packed_bwd(), dq.clone())[1]
+                    sq = []
+                    for b, n in enumerate(lens):
+                        s0 = int(cu[b])
+                        qs, ks, vs, os_, ls = seqs[b]
+                        gs = do[s0:s0 + n].transpose(0, 1).unsqueeze(0).contiguous()
+                        sq.append((qs, ks, vs, os_, gs, ls, torch.empty_like(qs), torch.empty_like(ks), torch.empty_like(vs)))
+
+                    def looped_bwd():
+                        for qs, ks, vs, os_, gs, ls, dqs, dks, dvs in sq:
+                            check(lib06, lib06.fa06_backward(b"auto", *(t.data_ptr() for t in (qs, ks, vs, os_, gs, ls, dqs,
+                                                                                            dks, dvs)),
+                                                             1, H, H_kv, qs.shape[2], qs.shape[2], d, 2, 1, float(scale),
+                                                             torch.cuda.current_stream().cuda_stream), "fa06_backward")
+                    looped_bwd()
+                    bdiff = max(float((s_[6][0].transpose(0, 1).float() - ref_dq[int(cu[b]):int(cu[b]) + lens[b]].float())
+                                      .abs().max()) for b, s_ in enumerate(sq))
+                    record("looped", looped_bwd, bdiff, pass_="backward")
+                    del sq, dq, dk, dv
                 del seqs
                 if varlen_attn is not None and H == H_kv:
-                    def tv():
+                    def tv_on(q_, k_, v_):
                         try:
-                            return varlen_attn(q, k, v, cu, cu, N, N, scale=scale, window_size=(-1, 0))
+                            return varlen_attn(q_, k_, v_, cu, cu, N, N, scale=scale, window_size=(-1, 0))
                         except TypeError:  # an older signature: is_causal
-                            return varlen_attn(q, k, v, cu, cu, N, N, is_causal=True)
+                            return varlen_attn(q_, k_, v_, cu, cu, N, N, is_causal=True)
+
+                    def tv():
+                        return tv_on(q, k, v)
                     try:
                         out = tv()
                         record("torch varlen", tv, float((out.float() - ref.float()).abs().max()))
+                        if lib06 is not None:  # its backward: forward + backward minus forward
+                            qg, kg, vg = (x.detach().clone().requires_grad_() for x in (q, k, v))
+                            gout = torch.randn_like(q)
+                            fwd_ms = time_ms(lambda: tv_on(qg, kg, vg), a.reps, 0)
+
+                            def tv_fb():
+                                tv_on(qg, kg, vg).backward(gout)
+                            record("torch varlen", tv_fb, pass_="backward", minus_ms=fwd_ms)
                     except RuntimeError as e:
                         print(f"torch varlen refused: {str(e).splitlines()[0][:100]}")
                 del q, k, v, o, lse

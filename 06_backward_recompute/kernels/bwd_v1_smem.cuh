@@ -39,17 +39,18 @@ constexpr int kThreads = 256;
 
 // D_i = rowsum(dO_i * O_i) (FA2 Alg. 2 line 4; FA1 App. B.2: it equals rowsum(P_i * dP_i), the
 // one row-wide quantity of the softmax's Jacobian). One warp per row: each lane adds every 32nd
-// element, five shuffles add the lanes. D: rows floats.
+// element, five shuffles add the lanes. D: rows floats. heads > 0: a packed batch's token-major
+// rows (row t H + h of O [total_q, H, d]), whose D, as its LSE, is [H, total_q].
 template <class T>
 __global__ void row_dots_kernel(const T* __restrict__ O, const T* __restrict__ dO, float* __restrict__ D,
-                                int64_t rows, int d) {
+                                int64_t rows, int d, int64_t heads = 0) {
   const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (row >= rows) return;  // a whole warp leaves together
   float s = 0.f;
   for (int x = lane; x < d; x += 32) s += fa05::load(dO[row * d + x]) * fa05::load(O[row * d + x]);
   for (int off = 16; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
-  if (lane == 0) D[row] = s;
+  if (lane == 0) D[heads > 0 ? row % heads * (rows / heads) + row / heads : row] = s;
 }
 
 // Shared memory of both passes, in floats. Rows of d elements are stored with pitch d + 1 and

@@ -71,14 +71,15 @@ constexpr int smem_bytes() {
   return (2 * Bc + 4 * Br) * kPitch<D> * 2 + Bc * kPitchS * 2 + 4 * Br * 4;
 }
 
-// Starts copying `rows` rows of D elements (global, pitch D) into an (R, D + 8) shared tile, 16
-// bytes per cp.async; rows past `rows` are zero-filled, never read from global memory.
+// Starts copying `rows` rows of D elements (global, `pitch` elements apart: D, or a packed batch's
+// H D) into an (R, D + 8) shared tile, 16 bytes per cp.async; rows past `rows` are zero-filled,
+// never read from global memory.
 template <int D, int R, int kThreads, class T>
-__device__ __forceinline__ void copy_rows_async(T* dst, const T* src, int rows) {
+__device__ __forceinline__ void copy_rows_async(T* dst, const T* src, int rows, int64_t pitch = D) {
   constexpr int kVecs = D / 8;
   for (int e = threadIdx.x; e < R * kVecs; e += kThreads) {
     const int r = e / kVecs, col = e % kVecs * 8;
-    ptx::cp_async_16(dst + r * kPitch<D> + col, src + min(r, rows - 1) * D + col, r < rows);
+    ptx::cp_async_16(dst + r * kPitch<D> + col, src + min(r, rows - 1) * pitch + col, r < rows);
   }
 }
 
@@ -137,11 +138,14 @@ __device__ __forceinline__ void add_to_dq(float2* at, float2 add) {
 // V_j in the forward. br: the step's valid query rows; (b, h, r0): its head and first row; turn:
 // this key block's place in the order of those that see the query block, j - first_key_block()
 // (the deterministic variants add in that order; with no window the first is block 0: turn = j).
+// dq_row0: dQacc's offset of row r0 (p.q_offset(b, h, r0)), dq_pitch: between its rows (p.d, or
+// a packed batch's H d: gpu_v3's token-major dQacc).
 template <int D, int W>
 constexpr int kDqRowGroups = (D / (W / 2)) % 16 == 0 ? 2 : 4;
 template <class T, int D, int W, int Bc, bool kDeterministic>
 __device__ __forceinline__ void add_dq(const T* dSt, const T* Kj, float* dQacc, int* dq_turn, const fa::AttnProblem& p,
-                                       int64_t b, int64_t h, int64_t r0, int br, int64_t Tr, int64_t turn_no) {
+                                       int64_t b, int64_t h, int64_t r0, int br, int64_t Tr, int64_t turn_no,
+                                       int64_t dq_row0, int64_t dq_pitch) {
   constexpr int kRowGroups = kDqRowGroups<D, W>, kRows = Br / kRowGroups, kMM = kRows / 16;
   constexpr int kDims = D / (W / kRowGroups), kC = kDims % 32 == 0 ? 32 : kDims % 48 == 0 ? 48 : 16;
   static_assert(W % kRowGroups == 0 && kDims % 16 == 0 && kDims % kC == 0, "dQ's warp tiling must cover D");
@@ -178,7 +182,7 @@ __device__ __forceinline__ void add_dq(const T* dSt, const T* Kj, float* dQacc, 
       for (int r = 0; r < 2; ++r) {
         const int q = q_w + mm * 16 + g + r * 8;
         if (q >= br) continue;  // rows past N_q: nothing to add, and no memory there
-        float* out = dQacc + p.q_offset(b, h, r0 + q) + dc + 2 * t4;
+        float* out = dQacc + dq_row0 + q * dq_pitch + dc + 2 * t4;
         for (int n = 0; n < kC / 8; ++n)  // in the deterministic variants: our turn
           add_to_dq<kDeterministic>(reinterpret_cast<float2*>(out + n * 8),
                                     make_float2(dq[mm][n][2 * r], dq[mm][n][2 * r + 1]));
@@ -375,7 +379,8 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
     }
     __syncthreads();  // all of dS^T is in shared memory
 
-    add_dq<T, D, W, Bc, kDeterministic>(dSt, Kj, dQacc, dq_turn, p, b, h, r0, br, Tr, j - first_key_block(p, r0, Bc));
+    add_dq<T, D, W, Bc, kDeterministic>(dSt, Kj, dQacc, dq_turn, p, b, h, r0, br, Tr, j - first_key_block(p, r0, Bc),
+                                        p.q_offset(b, h, r0), p.d);
   }
 
   // dK_j = scale dK_j, dV_j to HBM, once (line 18); rows past N_k are not written.

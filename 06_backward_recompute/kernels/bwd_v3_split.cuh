@@ -25,6 +25,15 @@
 // this one computes) or 1 (copy, then compute: the shared memory of D >= 128 on an A100's 163 KiB).
 // The window and the softcap (docs/math.md section 8) as v2's: the steps over the query blocks
 // that see the key block, the band's mask on the tiles it crosses, dS^T times the slope.
+//
+// A packed variable-length batch (common/varlen.hpp; pk.cu_q set), as stage 05's v13 reads one:
+// the grid is the longest sequence's (b, kv head, key block) tasks; each block reads its
+// sequence's offsets (fa05::packed_span), asks the problem as that sequence sees it (sp: its N_q,
+// N_k, so causal and the window follow them), and addresses token-major rows: Q, dO, dQacc
+// [total_q, H, d], K, V, dK, dV [total_k, H_kv, d], LSE and D [H, total_q]. A key block past its
+// sequence's last key returns at once. Compiled apart (kPacked), so that the plain kernel stays the
+// code measured: as one kernel with a runtime test, ptxas spilled 24 bytes at D = 96 and 48 in the
+// deterministic D = 256 (CUDA 13.0). Not with the deterministic variant (runner_bwd refuses it).
 #pragma once
 #include <cstdint>
 #include <type_traits>
@@ -62,12 +71,12 @@ constexpr int smem_bytes() {
   return (2 * Bc + 2 * kStages * Br) * kPitch<D> * 2 + 2 * Bc * kPitchS * 2 + 2 * kStages * Br * 4;
 }
 
-template <class T, int D, bool kDeterministic, int kStages = 2>
+template <class T, int D, bool kDeterministic, int kStages = 2, bool kPacked = false>
 __global__ void __launch_bounds__(kThreads, 1)
 dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                 const T* __restrict__ dO, const float* __restrict__ LSE, const float* __restrict__ Dv,
                 T* __restrict__ dK, T* __restrict__ dV, float* __restrict__ dQacc, int* __restrict__ dq_turn,
-                const fa::AttnProblem p, const float scale, const int64_t Tc) {
+                const fa::AttnProblem p, const float scale, const int64_t Tc, const fa05::Packed pk) {
   constexpr int P = kPitch<D>, PS = kPitchS, Bc = Shape<D>::Bc, kKeyWarps = Shape<D>::kKeyWarps;
   constexpr int kQw = Shape<D>::kQw, kDw = Shape<D>::kDw;
   static_assert(kStages == 1 || kStages == 2, "one or two buffers of Q_i, dO_i");
@@ -91,26 +100,40 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
   const int64_t Tr = (p.N_q + Br - 1) / Br;
   const int64_t t = bwd_v2::task_index<kDeterministic>(dq_turn, p.B * p.H * Tr), G = p.H / p.H_kv;
   const int64_t b = t / (p.H_kv * Tc), hk = t / Tc % p.H_kv, j = t % Tc, c0 = j * Bc;
-  const int bc = int(min(int64_t(Bc), p.N_k - c0));
-  const QueryBlocks qb = query_blocks(p, c0, bc, Br);
+  // The problem as sequence b sees it, and where its rows are: [B, H, N, d] or token-major.
+  fa::AttnProblem sp = p;
+  int q0 = 0, k0 = 0;
+  if constexpr (kPacked) {
+    int nq, nk;
+    fa05::packed_span(pk.cu_q, b, pk.total_q, int(p.N_q), q0, nq);
+    fa05::packed_span(pk.cu_k, b, pk.total_k, int(p.N_k), k0, nk);
+    sp.N_q = nq, sp.N_k = nk;
+  }
+  const int64_t q_pitch = kPacked ? p.H * p.d : p.d, kv_pitch = kPacked ? p.H_kv * p.d : p.d;
+  const auto q_at = [&](int64_t h, int64_t r) { return kPacked ? ((q0 + r) * p.H + h) * p.d : p.q_offset(b, h, r); };
+  const auto kv_at = [&](int64_t c) { return kPacked ? ((k0 + c) * p.H_kv + hk) * p.d : p.kv_offset(b, hk * G, c); };
+  const auto lse_at = [&](int64_t h, int64_t r) { return kPacked ? h * pk.total_q + q0 + r : p.lse_offset(b, h, r); };
+  const int bc = int(min(int64_t(Bc), sp.N_k - c0));
+  if (bc <= 0) return;  // packed: past the sequence's last key (a plain problem's blocks all have keys)
+  const QueryBlocks qb = query_blocks(sp, c0, bc, Br);
   const int64_t i_first = qb.first;
   const int64_t blocks_per_head = max(int64_t(0), qb.last - i_first), steps = G * blocks_per_head;
   auto step_head = [&](int64_t s) { return hk * G + s / blocks_per_head; };
   auto step_row0 = [&](int64_t s) { return (i_first + s % blocks_per_head) * Br; };
   auto load_step = [&](int64_t s) {
     const int64_t h = step_head(s), r0 = step_row0(s);
-    const int br = int(min(int64_t(Br), p.N_q - r0)), buf = int(s % kStages);
-    bwd_v2::copy_rows_async<D, Br, kThreads>(Qs + buf * Br * P, Q + p.q_offset(b, h, r0), br);
-    bwd_v2::copy_rows_async<D, Br, kThreads>(dOs + buf * Br * P, dO + p.q_offset(b, h, r0), br);
+    const int br = int(min(int64_t(Br), sp.N_q - r0)), buf = int(s % kStages);
+    bwd_v2::copy_rows_async<D, Br, kThreads>(Qs + buf * Br * P, Q + q_at(h, r0), br, q_pitch);
+    bwd_v2::copy_rows_async<D, Br, kThreads>(dOs + buf * Br * P, dO + q_at(h, r0), br, q_pitch);
     for (int r = threadIdx.x; r < Br; r += kThreads) {
-      const int64_t at = p.lse_offset(b, h, r0 + min(r, br - 1));
+      const int64_t at = lse_at(h, r0 + min(r, br - 1));
       ptx::cp_async_4(Ls + buf * Br + r, LSE + at, r < br);
       ptx::cp_async_4(Ds + buf * Br + r, Dv + at, r < br);
     }
   };
 
-  bwd_v2::copy_rows_async<D, Bc, kThreads>(Kj, K + p.kv_offset(b, hk * G, c0), bc);
-  bwd_v2::copy_rows_async<D, Bc, kThreads>(Vj, V + p.kv_offset(b, hk * G, c0), bc);
+  bwd_v2::copy_rows_async<D, Bc, kThreads>(Kj, K + kv_at(c0), bc, kv_pitch);
+  bwd_v2::copy_rows_async<D, Bc, kThreads>(Vj, V + kv_at(c0), bc, kv_pitch);
   if (kStages == 2 && steps > 0) load_step(0);
   ptx::cp_async_commit();
   // dK_j, dV_j (line 7) in the second tiling: row tile m holds keys kr0 + 16m + g (+ 8), dk[m][n]
@@ -131,7 +154,7 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
       __syncthreads();  // step s's tiles are in
     }
     const int64_t h = step_head(s), r0 = step_row0(s);
-    const int br = int(min(int64_t(Br), p.N_q - r0)), buf = int(s % kStages);
+    const int br = int(min(int64_t(Br), sp.N_q - r0)), buf = int(s % kStages);
     const T* Qi = Qs + buf * Br * P;
     const T* dOi = dOs + buf * Br * P;
     const float* Li = Ls + buf * Br;
@@ -161,8 +184,8 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
       }
       // Mask, softcap, P^T = exp(S^T - LSE_i), dS^T = P^T (dP^T - D_i) (lines 11, 14; softcap:
       // times its slope): as v2.
-      const BandTile band = band_tile(p, r0, c0, Br, Bc);
-      const bool mask = c0 + Bc > p.N_k || r0 + Br > p.N_q || band.crosses(Br, Bc);
+      const BandTile band = band_tile(sp, r0, c0, Br, Bc);
+      const bool mask = c0 + Bc > sp.N_k || r0 + Br > sp.N_q || band.crosses(Br, Bc);
       if (mask) {
         for (int m = 0; m < 2; ++m)
           for (int n = 0; n < kQw / 8; ++n)
@@ -234,7 +257,7 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
     // dQ_i += dS K_j (line 15): v2's step, unchanged (it only reads dS^T and K_j, so it needs no
     // barrier after the second tiling).
     bwd_v2::add_dq<T, D, kWarps, Bc, kDeterministic>(dSt, Kj, dQacc, dq_turn, p, b, h, r0, br, Tr,
-                                                     j - first_key_block(p, r0, Bc));
+                                                     j - first_key_block(sp, r0, Bc), q_at(h, r0), q_pitch);
   }
 
   // dK_j = scale dK_j, dV_j to HBM, once (line 18), from the second tiling.
@@ -242,8 +265,8 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
     for (int r = 0; r < 2; ++r) {
       const int key = kr0 + m * 16 + g + r * 8;
       if (key >= bc) continue;
-      T* dk_out = dK + p.kv_offset(b, hk * G, c0 + key) + db0 + 2 * t4;
-      T* dv_out = dV + p.kv_offset(b, hk * G, c0 + key) + db0 + 2 * t4;
+      T* dk_out = dK + kv_at(c0 + key) + db0 + 2 * t4;
+      T* dv_out = dV + kv_at(c0 + key) + db0 + 2 * t4;
       for (int n = 0; n < kDw / 8; ++n) {
         *reinterpret_cast<uint32_t*>(dk_out + n * 8) =
             ptx::pack2<T>(scale * dk[m][n][2 * r], scale * dk[m][n][2 * r + 1]);

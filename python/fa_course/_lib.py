@@ -41,6 +41,8 @@ _SIGS = {
         "fa06_backward_cpu_varlen": ([vp] * 11 + [i64] * 6 + [c_int, c_float, i64, i64, c_int, i64, i64, c_float],
                                      c_int),
         "fa06_backward": ([ctypes.c_char_p] + [vp] * 9 + [i64] * 6 + [c_int, c_int, c_float, vp], c_int),
+        "fa06_backward_varlen": ([ctypes.c_char_p] + [vp] * 11 + [i64] * 8 + [c_int, c_int, c_float, i64, i64, c_float, vp],
+                                 c_int),
         "fa06_backward_variant": ([ctypes.c_char_p] + [vp] * 9 + [i64] * 6
                                   + [c_int, c_int, c_float, i64, i64, c_float, vp], c_int),
         "fa06_runs": ([ctypes.c_char_p, i64, c_int], ctypes.c_char_p),
@@ -51,8 +53,8 @@ _SIGS = {
 
 # Functions a library built before them lacks: lib() leaves them out instead of failing, so the
 # rest of the library still loads; the op that needs one says so when it is called
-# (fa05_forward_varlen: the GPU forward of attention_varlen()).
-_OPTIONAL = {"fa05_forward_varlen"}
+# (fa05_forward_varlen, fa06_backward_varlen: the GPU forward and backward of attention_varlen()).
+_OPTIONAL = {"fa05_forward_varlen", "fa06_backward_varlen"}
 
 
 def candidates(name):

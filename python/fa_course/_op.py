@@ -605,9 +605,8 @@ def attention_varlen_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: 
                          window_right: int = -1,
                          softcap: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dQ, dK, dV of a packed batch from dO and what the forward kept. On the CPU stage 06's
-    backward on the packed batch (fa06_backward_cpu_varlen); on the GPU a loop over the sequences:
-    each one transposed to a contiguous [1, H, N(b), d] copy, stage 06's GPU backward on it
-    (attention_bwd, one call each), the gradients copied back. Checks its inputs."""
+    backward on the packed batch (fa06_backward_cpu_varlen); on the GPU stage 06's gpu_v3 on the
+    packed batch in one launch (fa06_backward_varlen). Checks its inputs."""
     _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, _scale_arg(scale), kernel, window_left, window_right,
                   softcap)
     _check_saved_varlen(do, q, o, lse)
@@ -617,7 +616,7 @@ def attention_varlen_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: 
     cu_q, cu_k = cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous()
     total_q, H, d = q.shape
     total_k, H_kv, _ = k.shape
-    cq, ck, _, _ = _varlen_offsets(cu_q, cu_k, total_q, total_k, max_seqlen_q, max_seqlen_k)
+    cq, ck, max_q, max_k = _varlen_offsets(cu_q, cu_k, total_q, total_k, max_seqlen_q, max_seqlen_k)
     B = len(cq) - 1
     if q.device.type == "cpu":
         kernels_for(q.device, q.dtype, d, kernel)
@@ -627,23 +626,16 @@ def attention_varlen_bwd(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: 
                                                       0, window_left, window_right, softcap)
         _lib.check("fa06", s)
         return dq, dk, dv
-    # The GPU: no packed backward kernel yet. Zeros where a sequence has no key (dQ) or no query
-    # (dK, dV), as the CPU backward gives; every other sequence is a plain [1, H, N, d] problem.
-    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
-
-    def seq(x, a, z):  # tokens a .. z - 1 of x [total, heads, d] as a contiguous [1, heads, z - a, d]
-        return x[a:z].transpose(0, 1).unsqueeze(0).contiguous()
-
-    for b in range(B):
-        t0, t1, u0, u1 = cq[b], cq[b + 1], ck[b], ck[b + 1]
-        if t1 == t0 or u1 == u0:
-            continue
-        gq, gk, gv = attention_bwd(seq(do, t0, t1), seq(q, t0, t1), seq(k, u0, u1), seq(v, u0, u1), seq(o, t0, t1),
-                                   lse[:, t0:t1].unsqueeze(0).contiguous(), causal, scale, kernel, window_left,
-                                   window_right, softcap)
-        dq[t0:t1] = gq[0].transpose(0, 1)
-        dk[u0:u1] = gk[0].transpose(0, 1)
-        dv[u0:u1] = gv[0].transpose(0, 1)
+    # The GPU: stage 06's gpu_v3 on the packed batch in one launch (fa06_backward_varlen: each key
+    # block reads its sequence's offsets; "auto" runs gpu_v3).
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    bwd = _lib.function("fa06", "fa06_backward_varlen")
+    ptrs = [t.data_ptr() for t in (q, k, v, o, do, lse, dq, dk, dv, cu_q, cu_k)]
+    with torch.cuda.device(q.device):
+        s = bwd((kernel.partition(",")[2] or "auto").encode(), *ptrs, B, total_q, total_k, max_q, max_k, H,
+                H_kv, d, _DTYPE_CODE[q.dtype], int(causal), scale, window_left, window_right,
+                softcap, _stream(q))
+    _lib.check("fa06", s)
     return dq, dk, dv
 
 
@@ -701,10 +693,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
     What runs: on the CPU (float32) stage 04's forward and stage 06's backward on the packed
     batch (fa04_forward_varlen, fa06_backward_cpu_varlen: the stage's own loops per sequence, on
     offset pointers, no copies). On a GPU (float16, bfloat16) stage 05's packed forward
-    (fa05_forward_varlen; kernel "auto" or "v13"). The GPU backward has no packed kernel yet: it
-    is a loop over the sequences in Python, each one copied to a contiguous [1, H, N(b), d]
-    tensor (a transpose), stage 06's GPU backward run on it (one launch per sequence, plus the
-    copies), and the gradients copied back. Correct, but not what a packed kernel would cost.
+    (fa05_forward_varlen; kernel "auto" or "v13") and stage 06's packed backward
+    (fa06_backward_varlen: gpu_v3 in one launch; kernel's backward part "auto" or "gpu_v3").
     The op reads the offsets' values: one host copy of cu_seqlens_q and of cu_seqlens_k per
     forward and per backward (on the GPU a device-to-host copy, which synchronises).
     Bad input raises ValueError or TypeError with a one-line message naming the argument (dtypes,

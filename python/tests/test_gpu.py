@@ -117,13 +117,13 @@ class Gpu(unittest.TestCase):
                     self.check_varlen(c, dtype)
 
     def test_varlen_backward_is_attention_bwd_per_sequence(self):
-        # The GPU backward of a packed batch is a loop: each sequence a contiguous [1, H, N, d]
-        # copy given to attention_bwd. Fed the same O and LSE (attention() per sequence, so that
-        # this needs no packed forward), the loop must give what attention_bwd gives, and zeros
-        # where a sequence has no key (dQ) or no query (dK, dV). Within one bf16 unit of the
-        # largest value rather than the same bits: a kernel that sums dQ with float32 atomics may
-        # round differently from one call to the next; a sequence mixed up or misplaced is off by
-        # the values themselves.
+        # The GPU backward of a packed batch is gpu_v3 in one launch (fa06_backward_varlen). Fed
+        # the same O and LSE (attention() per sequence, so that this needs no packed forward), it
+        # must give what attention_bwd gives with gpu_v3 on each sequence as a contiguous
+        # [1, H, N, d] copy, and zeros where a sequence has no key (dQ) or no query (dK, dV).
+        # Within one bf16 unit of the largest value rather than the same bits: gpu_v3 sums dQ with
+        # float32 atomics, which may round differently from one call to the next; a sequence
+        # mixed up or misplaced is off by the values themselves.
         lq, lk = [70, 4, 0, 200], [90, 0, 9, 150]
         cu_q, cu_k = offsets(lq), offsets(lk)
         g = torch.Generator(device="cuda").manual_seed(2)
@@ -141,7 +141,8 @@ class Gpu(unittest.TestCase):
             ob, lb = fa_course.attention(seq(q, t0, t1), seq(k, u0, u1), seq(v, u0, u1), return_lse=True, **kw)
             o[t0:t1], lse[:, t0:t1] = ob[0].transpose(0, 1), lb[0]
             by_hand[b] = torch.ops.fa_course.attention_bwd.default(seq(do, t0, t1), seq(q, t0, t1), seq(k, u0, u1),
-                                                                   seq(v, u0, u1), ob, lb, True, 0.0, "auto", 50, 0, 10.0)
+                                                                   seq(v, u0, u1), ob, lb, True, 0.0, "auto,gpu_v3", 50, 0,
+                                                                   10.0)
         tq, tk = (torch.tensor(c, dtype=torch.int32, device="cuda") for c in (cu_q, cu_k))
         dq, dk, dv = torch.ops.fa_course.attention_varlen_bwd.default(do, q, k, v, o, lse, tq, tk, -1, -1, True, 0.0,
                                                                       "auto", 50, 0, 10.0)
