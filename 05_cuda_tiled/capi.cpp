@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <new>
 #include <string>
+#include <tuple>
 
 #include "check.hpp"
 #include "device_buffer.hpp"
@@ -181,13 +182,27 @@ int fa05_forward_varlen(const char* kernel, const void* Q, const void* K, const 
                         int64_t d, int dtype, int causal, float scale, int64_t window_left, int64_t window_right,
                         float softcap, void* stream) {
   g_error.clear();
-  // The padded problem the batch avoids (fa::varlen_problem()): B sequences of the longest lengths.
+  for (const auto& [name, total, longest] : {std::tuple{"q", total_q, max_seqlen_q}, std::tuple{"k", total_k, max_seqlen_k}}) {
+    if (total < 1)
+      return fail(FA05_INVALID_ARGUMENT, std::string("total_") + name + ": expected at least one token, found " + std::to_string(total));
+    if (longest < 1 || longest > total)
+      return fail(FA05_INVALID_ARGUMENT, std::string("max_seqlen_") + name + ": expected 1 ... total_" + name + " = " +
+                                             std::to_string(total) + ", found " + std::to_string(longest));
+  }
+  // The padded problem the batch avoids (fa::varlen_problem()): B sequences of the longest lengths;
+  // checked as its longest sequence (plan()).
   fa::AttnProblem p;
   fa::DType t;
   if (int s = make_problem(kernel, B, H, H_kv, max_seqlen_q, max_seqlen_k, d, dtype, causal, scale, p, t)) return s;
   p.window_left = window_left, p.window_right = window_right, p.softcap = softcap;
   p.token_major = true, p.lse_head_stride = total_q;
-  if (int s = guarded([&] { fa::validate(p); })) return s;
+  if (int s = guarded([&] {
+        fa::AttnProblem one = p;
+        one.B = 1, one.lse_head_stride = 0;
+        if (B < 1) throw fa::InputError("B", "at least one sequence", std::to_string(B));
+        fa::validate(one);
+      }))
+    return s;
   if (!Q || !K || !V || !O || !LSE)
     return fail(FA05_INVALID_ARGUMENT, "Q, K, V, O, LSE: expected device pointers, found NULL");
   if (!cu_seqlens_q || !cu_seqlens_k)

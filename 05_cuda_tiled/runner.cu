@@ -633,7 +633,12 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
 
 Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, const Config& cfg,
           const KvCache& cache, const Varlen& packed) {
-  fa::validate(p);
+  // A packed batch is not its padded problem: B N_max^2 may pass validate()'s 2^40 where no
+  // sequence's does. Its longest sequence is checked as one problem, its tensors below (the
+  // tokens' 32-bit coordinates) and its grid (at most 2^31 - 1 tiles).
+  fa::AttnProblem one = p;
+  if (packed.any()) one.B = 1, one.lse_head_stride = 0;
+  fa::validate(one);
   // Issue 34: v1, v13 and v14 take a sliding window and a softcap (math.md section 8; the
   // kernels' headers say how); the other kernels refuse them, never ignore them.
   const bool variant = p.has_window() || p.softcap > 0.f;

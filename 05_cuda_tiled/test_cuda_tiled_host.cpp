@@ -799,6 +799,13 @@ TEST_CASE("05 C ABI: kernels listed; bad arguments answered with a status, no GP
   CHECK(std::string(fa05_last_error()).find("fp32") != std::string::npos);
   CHECK(varlen("v13", cu, FA05_BF16, -3) == FA05_INVALID_ARGUMENT);
   CHECK(std::string(fa05_last_error()).find("--window") != std::string::npos);
+  // A longest sequence past the tokens, no tokens: named as the arguments they are.
+  CHECK(fa05_forward_varlen("v13", a16, a16, a16, a16, lse, cu, cu, 2, 10, 12, 100, 7, 2, 1, 64, FA05_BF16, 1, 0.f, -1,
+                            -1, 0.f, nullptr) == FA05_INVALID_ARGUMENT);
+  CHECK(std::string(fa05_last_error()).find("max_seqlen_q") != std::string::npos);
+  CHECK(fa05_forward_varlen("v13", a16, a16, a16, a16, lse, cu, cu, 2, -5, 12, 6, 7, 2, 1, 64, FA05_BF16, 1, 0.f, -1,
+                            -1, 0.f, nullptr) == FA05_INVALID_ARGUMENT);
+  CHECK(std::string(fa05_last_error()).find("total_q") != std::string::npos);
 }
 
 TEST_CASE("05 C ABI: libfa05.so exports fa05_* and nothing else") {
@@ -1027,6 +1034,12 @@ TEST_CASE("05 plan: a packed batch runs v13 in one launch; other kernels, fp32, 
   const fa05::Varlen short_batch{&dummy, &dummy, 299, 900};  // fewer tokens than its longest sequence
   CHECK_THROWS_WITH_AS(fa05::plan("v13", p, fa::DType::bf16, hopper, {}, short_batch), doctest::Contains("--cu-seqlens-q/-k"),
                        fa::InputError);
+  // The padded problem may pass validate()'s 2^40 where no sequence does (one sequence of 16384
+  // tokens among 4999 of one: 5000 x 16384^2 padded scores): taken, its longest sequence checked.
+  const fa::AttnProblem wide = fa::make_problem(5000, 1, 1, 16384, 16384, 8, true);
+  const fa05::Varlen wide_batch{&dummy, &dummy, 16384 + 4999, 16384 + 4999};
+  CHECK_THROWS(fa::validate(wide));
+  CHECK(fa05::plan("v13", wide, fa::DType::bf16, hopper, {}, wide_batch).runs == "v13");
   // d = 60 runs on zero-padded copies of the packed tensors: total rows, not B N rows.
   const fa::AttnProblem p60 = fa::make_problem(3, 8, 2, 300, 500, 60, true);
   const fa05::Plan pad = fa05::plan("v13", p60, fa::DType::bf16, hopper, {}, packed);

@@ -5,6 +5,7 @@
 #include <new>
 #include <sstream>
 #include <string>
+#include <tuple>
 
 #include "backward_tiled.hpp"
 #include "errors.hpp"
@@ -285,6 +286,14 @@ int fa06_backward_varlen(const char* kernel, const void* Q, const void* K, const
   if (!kernel) return fail(FA06_INVALID_ARGUMENT, "--bwd-kernel: expected a name, found NULL");
   if (int s = check_dtype(dtype)) return s;
   if (int s = check_scale(scale)) return s;
+  for (const auto& [name, total, longest] : {std::tuple{"q", total_q, max_seqlen_q}, std::tuple{"k", total_k, max_seqlen_k}}) {
+    if (total < 1)
+      return fail(FA06_INVALID_ARGUMENT, std::string("total_") + name + ": expected at least one token, found " + std::to_string(total));
+    if (longest < 1 || longest > total)
+      return fail(FA06_INVALID_ARGUMENT, std::string("max_seqlen_") + name + ": expected 1 ... total_" + name + " = " +
+                                             std::to_string(total) + ", found " + std::to_string(longest));
+  }
+  if (B < 1) return fail(FA06_INVALID_ARGUMENT, "B: expected at least one sequence, found " + std::to_string(B));
   // The padded problem the batch avoids (fa::varlen_problem()): B sequences of the longest lengths.
   fa::AttnProblem p = make(B, H, H_kv, max_seqlen_q, max_seqlen_k, d, causal, scale, window_left, window_right, softcap);
   p.token_major = true, p.lse_head_stride = total_q;

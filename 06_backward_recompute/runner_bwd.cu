@@ -195,8 +195,12 @@ BwdPlan backward_plan(const std::string& kernel, const fa::AttnProblem& p, fa::D
     throw fa::InputError("--bwd-kernel", "auto, gpu_v1, gpu_v2, gpu_v3, gpu_v4 or a _det variant of the last three",
                          "'" + kernel + "'");
   // The window and the softcap (issue 34, docs/math.md section 8) are every kernel's: validate()
-  // refuses their bad values (--window, --softcap), and nothing else here depends on them.
-  fa::validate(p);
+  // refuses their bad values (--window, --softcap), and nothing else here depends on them. A
+  // packed batch is checked as its longest sequence (not the padded B N_max^2: stage 05's plan()
+  // says why), its tokens and grid below.
+  fa::AttnProblem one = p;
+  if (packed.any()) one.B = 1, one.lse_head_stride = 0;
+  fa::validate(one);
   if (p.d > 256) throw fa::InputError("--head-dim", "at most 256 for the GPU backward", std::to_string(p.d));
   const bool asked = shape.Bc != 0 || shape.keys_per_warp != 0;
   const bool det = is_det(kernel);
@@ -309,7 +313,7 @@ BwdPlan backward_plan(const std::string& kernel, const fa::AttnProblem& p, fa::D
   if (!v1) {  // D, dQ's float32 accumulator (at d_kernel), the deterministic variants' turns
     pl.workspace_bytes = 4 * q_rows + 4 * q_rows * D + (det ? 4 * (p.B * p.H * ceil_div(p.N_q, bwd_v2::Br) + 1) : 0);
     if (D > p.d) {
-      fa::AttnProblem pp = p;  // the padded problem: its element counts must be valid too
+      fa::AttnProblem pp = one;  // the padded problem (a packed batch's longest sequence): its element counts must be valid too
       pp.d = D;
       fa::validate(pp);
       pl.pad_bytes = fa::dtype_bytes(dtype) * (2 * q_rows + 4 * kv_rows) * D;

@@ -338,6 +338,10 @@ TEST_CASE("06 gpu plan: a packed batch runs gpu_v3 (auto too); other kernels, fp
   const fa::VarlenDevice short_batch{&dummy, &dummy, 299, 900};
   CHECK_THROWS_WITH_AS(fa06::backward_plan("gpu_v3", p, fa::DType::bf16, {}, 90, short_batch),
                        doctest::Contains("--cu-seqlens-q/-k"), fa::InputError);
+  // A padded problem past validate()'s 2^40 whose sequences are not (stage 05's test says more).
+  const fa::AttnProblem wide = fa::make_problem(5000, 1, 1, 16384, 16384, 8, true);
+  CHECK(fa06::backward_plan("gpu_v3", wide, fa::DType::bf16, {}, 90, fa::VarlenDevice{&dummy, &dummy, 21383, 21383}).runs ==
+        "gpu_v3");
   // d = 80 runs at 96 on copies of the packed tensors: tokens x heads rows, not B N.
   const fa::AttnProblem p80 = fa::make_problem(3, 8, 2, 300, 500, 80, true);
   const fa06::BwdPlan pad = fa06::backward_plan("gpu_v3", p80, fa::DType::bf16, {}, 90, packed);

@@ -61,8 +61,8 @@ void add_common_flags(CLI::App& app, CliFlags& f, bool backward, bool outputs) {
   for (auto* o : f.shape_opts) o->excludes(q)->excludes(k)->excludes(v);
   app.add_option("--dtype", f.dtype, "element type: fp32 (the default; the only one CPU stages take), fp16 or bf16 (GPU stages)");
   if (outputs) {
-    app.add_option("--out", f.out, "write O as .npy (float32, [B,H,N_q,d])");
-    app.add_option("--lse", f.lse, "write LSE as .npy (float32, [B,H,N_q], natural log)");
+    app.add_option("--out", f.out, "write O as .npy (float32, [B,H,N_q,d]; a packed batch: [total_q,H,d])");
+    app.add_option("--lse", f.lse, "write LSE as .npy (float32, [B,H,N_q], natural log; a packed batch: [H,total_q])");
   }
   if (backward) {
     app.add_option("--do", f.dO, "dO as .npy (shape of Q; default random normal)");

@@ -512,9 +512,12 @@ def _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale, kernel, wi
     _check_variant_args(window_left, window_right, softcap)
 
 
+_I32_MAX = 2**31 - 1
+
+
 def _check_max_seqlen(name, x):
-    """max_seqlen_q/k as the ops take them: an integer >= 0, or -1 for "compute it"."""
-    if not _is_int(x) or x < -1:
+    """max_seqlen_q/k as the ops take them: an integer >= 0 (at most 2^31 - 1), or -1 for "compute it"."""
+    if not _is_int(x) or x < -1 or x > _I32_MAX:
         raise (TypeError if not _is_int(x) else ValueError)(
             f"{name}: expected None or an integer >= the longest sequence, found {x!r}")
 
@@ -710,8 +713,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
             continue
         if not _is_int(x):
             raise TypeError(f"{name}: expected None or an integer >= the longest sequence, found {type(x).__name__}")
-        if x < 0:
-            raise ValueError(f"{name}: expected None or an integer >= the longest sequence, found {x}")
+        if x < 0 or x > _I32_MAX:  # the kernels' token offsets are int32
+            raise ValueError(f"{name}: expected None or an integer >= the longest sequence and <= 2^31 - 1, found {x}")
         maxes.append(int(x))
     o, lse = attention_varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, maxes[0], maxes[1], causal,
                                   0.0 if scale is None else float(scale), kernel, left, right, cap)
