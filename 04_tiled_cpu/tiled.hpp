@@ -115,6 +115,13 @@ inline Blocks blocks_for(const fa::AttnProblem& p, const Blocks& blk) {
   b.Br = std::min(blk.Br > 0 ? blk.Br : rows_for_threads(Br, p, b.threads), p.N_q);
   b.Bc = std::min(blk.Bc > 0 ? blk.Bc : Bc, p.N_k);
   b.threads = int(std::min<int64_t>(b.threads, p.B * p.H * ((p.N_q + b.Br - 1) / b.Br)));
+  // A tiny problem runs on one thread (unless threads were asked for): below 2^20 FLOPs (tens of
+  // microseconds on one core) a parallel region's start and join cost about what it could save,
+  // and far more on a loaded machine. A packed batch of many short sequences is many such calls
+  // (varlen_forward: one per sequence): 20,000 sequences of one token ran 308 ms with a region
+  // each, against 3.9 ms for the same work as one plain batch (a tester's measurement, lab
+  // notebook 04, "Varlen").
+  if (blk.threads <= 0 && p.forward_flops() < double(1 << 20)) b.threads = 1;
   return b;
 }
 

@@ -96,7 +96,8 @@ void backward(const fa::AttnProblem& p, const T* Q, const T* K, const T* V, cons
   const float neg_inf = -std::numeric_limits<float>::infinity();
   // Padded to whole vectors: Brp, Bcp rows, dpad dims ("d padded"; dP is the gradient of P).
   const int64_t Brp = round_up(Br, VW), Bcp = round_up(Bc, VW), dpad = round_up(d, VW);
-  const int threads = blk.threads > 0 ? blk.threads : omp_get_max_threads();
+  // A tiny problem on one thread unless threads were asked for (stage 04's blocks_for() says why).
+  const int threads = blk.threads > 0 ? blk.threads : p.forward_flops() < double(1 << 20) ? 1 : omp_get_max_threads();
   // The keys query row i sees, key_begin(i) <= j < key_end(i): problem.hpp's key_range() (the
   // bottom-right causal mask and the sliding window), as in the forward.
   const auto key_begin = [&p](int64_t i) { return p.key_begin(i); };
