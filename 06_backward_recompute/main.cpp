@@ -9,7 +9,7 @@
 //                    dtype, fa06::default_backward_kernel), gpu_v1, gpu_v2, gpu_v3, gpu_v4 or a _det
 //                    variant; any d runs on the tensor cores in fp16/bf16 (the next native width,
 //                    zero-padded: the report says so); the forward is stage 05's v7 there, which
-//                    runs v5 off sm_90
+//                    runs v5 off sm_90; a packed batch (--cu-seqlens-q/-k) runs v13 and gpu_v3, each in one launch
 #include "cli.hpp"
 #include "stage_06.hpp"
 #ifdef FA06_GPU
@@ -37,9 +37,18 @@ int main(int argc, char** argv) {
       const fa::Stage g = stage_06_gpu(bwd_kernel, t);
       stage.idea = g.idea;
       stage.backward = g.backward;
-      stage.varlen = false;  // the GPU kernels read [B, H, N, d] only: --cu-seqlens-q/-k refused
-      stage.precheck = [&](const fa::AttnProblem& p, const fa::Inputs*, fa::DType dt) {
-        fa06::backward_plan(resolve_backward_kernel(bwd_kernel), p, dt);
+      // A packed batch: stage 05's v13 forward and gpu_v3's backward, each in one launch (the
+      // per-sequence path of the CPU stages would hand the GPU token-major rows it cannot read).
+      stage.varlen = false;
+      stage.varlen_forward_for = [](fa::DType dt) { return stage_05_varlen_forward("auto", dt); };
+      stage.varlen_backward_for = [&](fa::DType dt) { return stage_06_gpu_varlen_backward(bwd_kernel, dt); };
+      stage.precheck = [&](const fa::AttnProblem& p, const fa::Inputs* in, fa::DType dt) {
+        if (in && in->varlen.any()) {
+          fa05::plan("auto", in->p, dt, {}, {}, varlen_view(in->varlen));
+          fa06::backward_plan(resolve_backward_kernel(bwd_kernel), in->p, dt, {}, 0, varlen_view(in->varlen));
+        } else {
+          fa06::backward_plan(resolve_backward_kernel(bwd_kernel), p, dt);
+        }
         fa::require_gpu();
         gpu_dtype = dt;
       };

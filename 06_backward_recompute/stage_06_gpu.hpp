@@ -37,6 +37,30 @@ inline fa::BackwardFn stage_06_gpu_backward(const std::string& asked = "gpu_v1",
   };
 }
 
+// The same on a packed batch (--cu-seqlens-q/-k): gpu_v3 in one launch (`asked` "auto" or
+// "gpu_v3"; backward_plan() refuses the others). The offsets are validated on the host here, where
+// they are made (backward_varlen() never reads them on the host).
+inline fa::VarlenBackwardFn stage_06_gpu_varlen_backward(const std::string& asked, fa::DType t) {
+  const std::string k = resolve_backward_kernel(asked);
+  fa::VarlenBackwardFn on_gpu = fa::gpu_backward_varlen(
+      [k](const fa::AttnProblem& p, const fa::VarlenHost& v, fa::DType dt, const void* Q, const void* K, const void* V,
+          const void* O, const void* dO, const float* LSE, void* dQ, void* dK, void* dV, const int32_t* cu_q,
+          const int32_t* cu_k, cudaStream_t stream) {
+        fa06::backward_varlen(k, p, dt, Q, K, V, O, dO, LSE, dQ, dK, dV, varlen_view(v, cu_q, cu_k), stream);
+      },
+      t,
+      [k](const fa::AttnProblem& p, const fa::VarlenHost& v, fa::DType dt) {
+        return fa06::backward_plan(k, p, dt, {}, 0, varlen_view(v)).workspace_bytes;
+      });
+  return [=](const fa::AttnProblem& p, const fa::VarlenHost& v, const float* Q, const float* K, const float* V,
+             const float* O, const float* dO, const float* LSE, float* dQ, float* dK, float* dV) {
+    fa::validate_varlen(v);
+    fa::validate_varlen_problem(p, v);
+    fa06::backward_plan(k, p, t, {}, 0, varlen_view(v));
+    on_gpu(p, v, Q, K, V, O, dO, LSE, dQ, dK, dV);
+  };
+}
+
 // The forward that feeds a GPU backward in `dtype`: stage 05's v1 in fp32, its fastest
 // tensor-core version (v7, which runs v5 off sm_90) in fp16/bf16 (v1 at the head dims they do
 // not run). With a sliding window or a softcap (issue 34), which v7 refuses: stage 05's auto,

@@ -232,7 +232,7 @@ std::string varlen_flag_given(const CliFlags& f) {
 void refuse_varlen_flags(const CliFlags& f, const std::string& program) {
   const std::string flag = varlen_flag_given(f);
   if (flag.empty()) return;
-  throw InputError(flag, "no packed batch in " + program + " (the CPU stages 01-04, 06 --device cpu and 05 --kernel v13 take one)",
+  throw InputError(flag, "no packed batch in " + program + " (stages 01-04 and 06, and stage 05's v13, take one)",
                    flag + " " + (flag == "--cu-seqlens-q" ? f.cu_q : f.cu_k));
 }
 
@@ -515,7 +515,12 @@ int stage_main(int argc, char** argv, const Stage& stage,
     // forward_for may have chosen a GPU path (stage 06 --device gpu), which takes no packed batch.
     if (varlen && !st.varlen && !stage.varlen_forward_for) refuse_varlen_flags(f, stage.name + " on the GPU");
     VarlenForwardFn varlen_fwd;  // the whole batch in one call, where the stage has one
+    VarlenBackwardFn varlen_bwd;
     if (varlen && stage.varlen_forward_for) varlen_fwd = stage.varlen_forward_for(dtype);
+    if (varlen && stage.backward && stage.varlen_forward_for) {
+      if (!stage.varlen_backward_for) refuse_varlen_flags(f, stage.name + " (its backward)");
+      varlen_bwd = stage.varlen_backward_for(dtype);
+    }
     CacheForwardFn cache_fwd;
     if (cache) cache_fwd = stage.cache_forward_for(dtype);
     check_output_paths(f);
@@ -563,7 +568,7 @@ int stage_main(int argc, char** argv, const Stage& stage,
                          : in.varlen.any() ? varlen_forward_flops(in.p, in.varlen)
                                            : in.p.forward_flops();
     BackwardRun br;
-    if (bwd) br = run_backward(st.backward, in, fr);
+    if (bwd) br = varlen_bwd ? run_backward(varlen_bwd, in, fr) : run_backward(st.backward, in, fr);
     // From files that passed the checks above a backward can still meet an LSE that is not its
     // scores' (with --no-check only the -inf rows are checked): refuse non-finite gradients
     // rather than write them.

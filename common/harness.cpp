@@ -432,7 +432,10 @@ ForwardRun run_forward(const VarlenForwardFn& f, const Inputs& in) {
   return run_forward_with(in, [&](float* O, float* LSE) { f(in.p, in.varlen, in.Q.ptr(), in.K.ptr(), in.V.ptr(), O, LSE); });
 }
 
-BackwardRun run_backward(const BackwardFn& f, const Inputs& in, const ForwardRun& fwd) {
+namespace {
+// run_backward's outputs poisoned, call(dQ, dK, dV) timed with its extra memory.
+template <class Call>
+BackwardRun run_backward_with(const Inputs& in, const ForwardRun& fwd, const Call& call) {
   // A caller that forgot add_grad_output() would hand the backward a null dO.
   const int64_t lse_elems = in.varlen.any() ? in.p.H * in.varlen.total_q() : in.p.lse_elems();
   if (in.dO.numel() != in.Q.numel() || fwd.O.numel() != in.Q.numel() || fwd.LSE.numel() != lse_elems)
@@ -447,16 +450,29 @@ BackwardRun run_backward(const BackwardFn& f, const Inputs& in, const ForwardRun
   ExtraMemory mem;
   ExtraDeviceMemory gpu;
   Timer t;
-  if (in.varlen.any())
-    varlen_backward(f, in.p, in.varlen, in.Q.ptr(), in.K.ptr(), in.V.ptr(), fwd.O.ptr(), in.dO.ptr(), fwd.LSE.ptr(),
-                    r.dQ.ptr(), r.dK.ptr(), r.dV.ptr());
-  else
-    f(in.p, in.Q.ptr(), in.K.ptr(), in.V.ptr(), fwd.O.ptr(), in.dO.ptr(), fwd.LSE.ptr(), r.dQ.ptr(), r.dK.ptr(),
-      r.dV.ptr());
+  call(r.dQ.ptr(), r.dK.ptr(), r.dV.ptr());
   r.ms = t.ms();
   r.extra_bytes = mem.peak_bytes();
   if (gpu.gpu_ms() >= 0) r.gpu_ms = gpu.gpu_ms(), r.gpu_extra_bytes = gpu.peak_bytes();
   return r;
+}
+}  // namespace
+
+BackwardRun run_backward(const BackwardFn& f, const Inputs& in, const ForwardRun& fwd) {
+  return run_backward_with(in, fwd, [&](float* dQ, float* dK, float* dV) {
+    if (in.varlen.any())  // sequence by sequence
+      varlen_backward(f, in.p, in.varlen, in.Q.ptr(), in.K.ptr(), in.V.ptr(), fwd.O.ptr(), in.dO.ptr(), fwd.LSE.ptr(),
+                      dQ, dK, dV);
+    else
+      f(in.p, in.Q.ptr(), in.K.ptr(), in.V.ptr(), fwd.O.ptr(), in.dO.ptr(), fwd.LSE.ptr(), dQ, dK, dV);
+  });
+}
+
+BackwardRun run_backward(const VarlenBackwardFn& f, const Inputs& in, const ForwardRun& fwd) {
+  if (!in.varlen.any()) throw std::invalid_argument("run_backward: a VarlenBackwardFn needs a packed batch");
+  return run_backward_with(in, fwd, [&](float* dQ, float* dK, float* dV) {
+    f(in.p, in.varlen, in.Q.ptr(), in.K.ptr(), in.V.ptr(), fwd.O.ptr(), in.dO.ptr(), fwd.LSE.ptr(), dQ, dK, dV);
+  });
 }
 
 Baselines::Baselines(const Inputs& in, bool with_backward) {

@@ -131,6 +131,8 @@ ForwardRun run_forward(const ForwardFn& f, const Inputs& in);
 ForwardRun run_forward(const CacheForwardFn& f, const Inputs& in);
 // A packed batch (in.varlen) in one call of f, which reads the whole batch.
 ForwardRun run_forward(const VarlenForwardFn& f, const Inputs& in);
+// A packed batch's backward in one call of f.
+BackwardRun run_backward(const VarlenBackwardFn& f, const Inputs& in, const ForwardRun& fwd);
 BackwardRun run_backward(const BackwardFn& f, const Inputs& in, const ForwardRun& fwd);
 
 // Errors of one run against stage 01 (float32) and against float64.

@@ -34,6 +34,12 @@ using CacheForwardFn = std::function<void(const AttnProblem&, const KvCacheHost&
 using VarlenForwardFn = std::function<void(const AttnProblem&, const VarlenHost&, const float* Q,
                                            const float* K, const float* V, float* O, float* LSE)>;
 
+// Backward on a packed batch in one call (stage 06's gpu_v3 on the GPU): p and the layout as
+// VarlenForwardFn's; dO and dQ like Q, dK and dV like K.
+using VarlenBackwardFn = std::function<void(const AttnProblem&, const VarlenHost&, const float* Q, const float* K,
+                                            const float* V, const float* O, const float* dO, const float* LSE,
+                                            float* dQ, float* dK, float* dV)>;
+
 struct Stage {
   std::string name;    // the program's name, e.g. "01_naive"
   std::string idea;    // the one new idea, a short line for the tour's table
@@ -64,6 +70,8 @@ struct Stage {
   // A GPU stage with a kernel that reads a packed batch in one launch (stage 05, kernel v13): its
   // forward on one, for an element type. The program then takes --cu-seqlens-q/-k (forward only).
   std::function<VarlenForwardFn(DType)> varlen_forward_for = {};
+  // ... and a backward that reads one (stage 06 --device gpu: gpu_v3), with the forward above.
+  std::function<VarlenBackwardFn(DType)> varlen_backward_for = {};
 };
 
 }  // namespace fa

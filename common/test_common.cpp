@@ -769,8 +769,8 @@ TEST_CASE("varlen program: stage_main runs a packed batch per sequence and repor
     std::cerr.rdbuf(old);
     CHECK(rc == 2);
     CHECK(text.empty());
-    CHECK(err.str() == "varlen_test: --cu-seqlens-q: expected no packed batch in varlen_test (the CPU stages 01-04, 06 "
-                       "--device cpu and 05 --kernel v13 take one), found --cu-seqlens-q " + cq + "\n");
+    CHECK(err.str() == "varlen_test: --cu-seqlens-q: expected no packed batch in varlen_test (stages 01-04 and 06, and "
+                       "stage 05's v13, take one), found --cu-seqlens-q " + cq + "\n");
   }
   fs::remove_all(dir);
 }

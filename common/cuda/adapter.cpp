@@ -194,51 +194,92 @@ VarlenForwardFn gpu_forward_varlen(DeviceVarlenForwardFn f, DType dtype, VarlenW
   };
 }
 
+namespace {
+// The device call of a backward on the uploaded copies: (Q, K, V, O, dO, LSE, dQ, dK, dV, stream).
+using DeviceBwdCall = std::function<void(const void*, const void*, const void*, const void*, const void*,
+                                         const float*, void*, void*, void*, cudaStream_t)>;
+// gpu_backward's steps for nq elements of Q (O, dO, dQ), nkv of K (V, dK, dV), nl of LSE and extra
+// bytes of workspace: range checks, upload, a warm-up call, the gradients poisoned, a timed call,
+// download. setup(stream) runs after the GPU check (the offsets of a packed batch).
+void backward_on_gpu(DType dtype, int64_t nq, int64_t nkv, int64_t nl, int64_t extra, const float* Q, const float* K,
+                     const float* V, const float* O, const float* dO, const float* LSE, float* dQ, float* dK,
+                     float* dV, const std::function<void(cudaStream_t)>& setup, const DeviceBwdCall& f) {
+  check_dtype_range(Q, nq, dtype, "--q");
+  check_dtype_range(K, nkv, dtype, "--k");
+  check_dtype_range(V, nkv, dtype, "--v");
+  check_dtype_range(O, nq, dtype, "--o-in");
+  check_dtype_range(dO, nq, dtype, "--do");
+  require_gpu();
+  const int64_t eb = dtype_bytes(dtype);
+  check_fits(eb * (4 * nq + 4 * nkv) + 4 * nl + extra);
+
+  cudaStream_t stream = nullptr;
+  if (setup) setup(stream);
+  // g*: the device copies ("g" for GPU; dQ ... are the caller's host gradients).
+  DeviceBuffer<uint8_t> gQ(eb * nq, Mem::Io, stream), gK(eb * nkv, Mem::Io, stream),
+      gV(eb * nkv, Mem::Io, stream), gO(eb * nq, Mem::Io, stream), gdO(eb * nq, Mem::Io, stream),
+      gdQ(eb * nq, Mem::Io, stream), gdK(eb * nkv, Mem::Io, stream), gdV(eb * nkv, Mem::Io, stream);
+  DeviceBuffer<float> gLSE(nl, Mem::Io, stream);
+  {
+    Pinned stage(std::max(eb * std::max(nq, nkv), 4 * nl));
+    upload(dtype, Q, nq, gQ.get(), stage, stream);
+    upload(dtype, K, nkv, gK.get(), stage, stream);
+    upload(dtype, V, nkv, gV.get(), stage, stream);
+    upload(dtype, O, nq, gO.get(), stage, stream);
+    upload(dtype, dO, nq, gdO.get(), stage, stream);
+    upload(DType::fp32, LSE, nl, gLSE.get(), stage, stream);
+  }
+  auto run = [&] {
+    f(gQ.get(), gK.get(), gV.get(), gO.get(), gdO.get(), gLSE.get(), gdQ.get(), gdK.get(), gdV.get(), stream);
+    FA_CUDA_CHECK(cudaGetLastError());
+  };
+  run();  // untimed warm-up (module loading)
+  // Poison the gradients (NaN bits in every dtype): an element the timed call misses shows.
+  for (DeviceBuffer<uint8_t>* g : {&gdQ, &gdK, &gdV})
+    FA_CUDA_CHECK(cudaMemsetAsync(g->get(), 0xFF, size_t(g->bytes()), stream));
+  EventTimer timer(stream);
+  run();
+  devstats::set_last_ms(timer.stop());
+  FA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  download(dtype, gdQ.get(), nq, dQ, stream);
+  download(dtype, gdK.get(), nkv, dK, stream);
+  download(dtype, gdV.get(), nkv, dV, stream);
+}
+}  // namespace
+
 BackwardFn gpu_backward(DeviceBackwardFn f, DType dtype, WorkspaceFn workspace) {
   return [f = std::move(f), dtype, workspace = std::move(workspace)](
              const AttnProblem& p, const float* Q, const float* K, const float* V, const float* O,
              const float* dO, const float* LSE, float* dQ, float* dK, float* dV) {
-    const int64_t nq = p.q_elems(), nkv = p.kv_elems(), nl = p.lse_elems();
-    check_dtype_range(Q, nq, dtype, "--q");
-    check_dtype_range(K, nkv, dtype, "--k");
-    check_dtype_range(V, nkv, dtype, "--v");
-    check_dtype_range(O, nq, dtype, "--o-in");
-    check_dtype_range(dO, nq, dtype, "--do");
-    require_gpu();
-    const int64_t eb = dtype_bytes(dtype);
-    check_fits(eb * (4 * nq + 4 * nkv) + 4 * nl + (workspace ? workspace(p, dtype) : 0));
+    backward_on_gpu(dtype, p.q_elems(), p.kv_elems(), p.lse_elems(), workspace ? workspace(p, dtype) : 0, Q, K, V, O,
+                    dO, LSE, dQ, dK, dV, {},
+                    [&](const void* gQ, const void* gK, const void* gV, const void* gO, const void* gdO,
+                        const float* gL, void* gdQ, void* gdK, void* gdV, cudaStream_t s) {
+                      f(p, dtype, gQ, gK, gV, gO, gdO, gL, gdQ, gdK, gdV, s);
+                    });
+  };
+}
 
-    cudaStream_t stream = nullptr;
-    // g*: the device copies ("g" for GPU; dQ ... are the caller's host gradients).
-    DeviceBuffer<uint8_t> gQ(eb * nq, Mem::Io, stream), gK(eb * nkv, Mem::Io, stream),
-        gV(eb * nkv, Mem::Io, stream), gO(eb * nq, Mem::Io, stream), gdO(eb * nq, Mem::Io, stream),
-        gdQ(eb * nq, Mem::Io, stream), gdK(eb * nkv, Mem::Io, stream), gdV(eb * nkv, Mem::Io, stream);
-    DeviceBuffer<float> gLSE(nl, Mem::Io, stream);
-    {
-      Pinned stage(std::max(eb * std::max(nq, nkv), 4 * nl));
-      upload(dtype, Q, nq, gQ.get(), stage, stream);
-      upload(dtype, K, nkv, gK.get(), stage, stream);
-      upload(dtype, V, nkv, gV.get(), stage, stream);
-      upload(dtype, O, nq, gO.get(), stage, stream);
-      upload(dtype, dO, nq, gdO.get(), stage, stream);
-      upload(DType::fp32, LSE, nl, gLSE.get(), stage, stream);
-    }
-    auto run = [&] {
-      f(p, dtype, gQ.get(), gK.get(), gV.get(), gO.get(), gdO.get(), gLSE.get(), gdQ.get(), gdK.get(), gdV.get(),
-        stream);
-      FA_CUDA_CHECK(cudaGetLastError());
+VarlenBackwardFn gpu_backward_varlen(DeviceVarlenBackwardFn f, DType dtype, VarlenWorkspaceFn workspace) {
+  return [f = std::move(f), dtype, workspace = std::move(workspace)](
+             const AttnProblem& p, const VarlenHost& v, const float* Q, const float* K, const float* V,
+             const float* O, const float* dO, const float* LSE, float* dQ, float* dK, float* dV) {
+    // The offsets travel as int32 device arrays (inputs, like Q: not extra memory).
+    DeviceBuffer<int32_t> cu_q, cu_k;
+    const auto setup = [&](cudaStream_t s) {
+      for (auto [x, d] : {std::pair{&v.cu_q, &cu_q}, std::pair{&v.cu_k, &cu_k}}) {
+        *d = DeviceBuffer<int32_t>(int64_t(x->size()), Mem::Io, s);
+        FA_CUDA_CHECK(cudaMemcpyAsync(d->get(), x->data(), x->size() * sizeof(int32_t), cudaMemcpyHostToDevice, s));
+      }
+      FA_CUDA_CHECK(cudaStreamSynchronize(s));
     };
-    run();  // untimed warm-up (module loading)
-    // Poison the gradients (NaN bits in every dtype): an element the timed call misses shows.
-    for (DeviceBuffer<uint8_t>* g : {&gdQ, &gdK, &gdV})
-      FA_CUDA_CHECK(cudaMemsetAsync(g->get(), 0xFF, size_t(g->bytes()), stream));
-    EventTimer timer(stream);
-    run();
-    devstats::set_last_ms(timer.stop());
-    FA_CUDA_CHECK(cudaStreamSynchronize(stream));
-    download(dtype, gdQ.get(), nq, dQ, stream);
-    download(dtype, gdK.get(), nkv, dK, stream);
-    download(dtype, gdV.get(), nkv, dV, stream);
+    const int64_t ints = 4 * int64_t(v.cu_q.size() + v.cu_k.size());
+    backward_on_gpu(dtype, v.total_q() * p.H * p.d, v.total_k() * p.H_kv * p.d, p.H * v.total_q(),
+                    ints + (workspace ? workspace(p, v, dtype) : 0), Q, K, V, O, dO, LSE, dQ, dK, dV, setup,
+                    [&](const void* gQ, const void* gK, const void* gV, const void* gO, const void* gdO,
+                        const float* gL, void* gdQ, void* gdK, void* gdV, cudaStream_t s) {
+                      f(p, v, dtype, gQ, gK, gV, gO, gdO, gL, gdQ, gdK, gdV, cu_q.get(), cu_k.get(), s);
+                    });
   };
 }
 

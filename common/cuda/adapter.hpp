@@ -79,5 +79,13 @@ VarlenForwardFn gpu_forward_varlen(DeviceVarlenForwardFn f, DType dtype, VarlenW
 // (LSE as float32), a warm-up call, dQ, dK, dV poisoned with NaN, a timed call, the gradients
 // downloaded as float32. Throws as gpu_forward (O and dO range-checked as --o-in and --do).
 BackwardFn gpu_backward(DeviceBackwardFn f, DType dtype, WorkspaceFn workspace = {});
+// A backward on a packed batch on the GPU (varlen.hpp): as DeviceBackwardFn on the packed tensors
+// (Q, O, dO, dQ [total_q, H, d], K, V, dK, dV [total_k, H_kv, d], LSE [H, total_q]), with the
+// offsets as int32 device arrays. gpu_backward_varlen: gpu_backward's steps, the offsets uploaded.
+using DeviceVarlenBackwardFn = std::function<void(const AttnProblem& p, const VarlenHost& v, DType dtype, const void* Q,
+                                                  const void* K, const void* V, const void* O, const void* dO,
+                                                  const float* LSE, void* dQ, void* dK, void* dV, const int32_t* cu_q,
+                                                  const int32_t* cu_k, cudaStream_t stream)>;
+VarlenBackwardFn gpu_backward_varlen(DeviceVarlenBackwardFn f, DType dtype, VarlenWorkspaceFn workspace = {});
 
 }  // namespace fa
