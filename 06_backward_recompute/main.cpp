@@ -82,7 +82,8 @@ int main(int argc, char** argv) {
 #ifdef FA06_GPU
     if (device != "gpu") return;
     const std::string k = resolve_backward_kernel(bwd_kernel);
-    const fa06::BwdPlan pl = fa06::backward_plan(k, in.p, gpu_dtype);
+    const fa06::BwdPlan pl = in.varlen.any() ? fa06::backward_plan(k, in.p, gpu_dtype, {}, 0, varlen_view(in.varlen))
+                                             : fa06::backward_plan(k, in.p, gpu_dtype);
     report["backward"]["kernel"] = {{"name", k}, {"runs", pl.runs}, {"note", pl.note}, {"d", in.p.d},
                                     {"d_kernel", pl.d_kernel}, {"Br", pl.Br}, {"Bc", pl.Bc},
                                     {"keys_per_warp", pl.keys_per_warp}, {"stages", pl.stages}, {"threads", pl.threads},
