@@ -65,7 +65,7 @@ struct AttnProblem {
   FA_HOST_DEVICE int64_t kv_head(int64_t h) const { return h / (H / H_kv); }
 
   // Offset (elements) of row i of Q or O for batch b, query head h.
-  // The GPU kernels read [B, H, N, d] only (their programs refuse a packed batch): in device code
+  // The GPU kernels that read a packed batch (v13, gpu_v3) address its rows themselves: in device code
   // the offsets stay the contiguous formula alone, so the kernels compile exactly as measured.
   FA_HOST_DEVICE int64_t q_offset(int64_t b, int64_t h, int64_t i) const {
 #if !defined(__CUDA_ARCH__)

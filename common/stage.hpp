@@ -64,11 +64,12 @@ struct Stage {
   std::function<CacheForwardFn(DType)> cache_forward_for = {};
   // A stage whose forward and backward index every row through the problem's offsets
   // (q_offset(), q_row_stride() ...): it runs a packed variable-length batch (--cu-seqlens-q/-k,
-  // common/varlen.hpp) sequence by sequence on offset pointers. The CPU stages set it; the GPU
-  // kernels read [B, H, N, d] only, and their programs refuse the flags.
+  // common/varlen.hpp) sequence by sequence on offset pointers. The CPU stages set it; on the GPU
+  // a call per sequence would leave the SMs idle (and the adapter uploads [B, H, N, d] rows), so
+  // the GPU stages take a packed batch through varlen_forward_for / varlen_backward_for instead.
   bool varlen = false;
   // A GPU stage with a kernel that reads a packed batch in one launch (stage 05, kernel v13): its
-  // forward on one, for an element type. The program then takes --cu-seqlens-q/-k (forward only).
+  // forward on one, for an element type. The program then takes --cu-seqlens-q/-k.
   std::function<VarlenForwardFn(DType)> varlen_forward_for = {};
   // ... and a backward that reads one (stage 06 --device gpu: gpu_v3), with the forward above.
   std::function<VarlenBackwardFn(DType)> varlen_backward_for = {};

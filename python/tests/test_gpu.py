@@ -12,8 +12,8 @@ and v1 in float32, the backward whatever stage 06's GPU plan takes (where it ref
 test_variant_backward fails with the plan's NotImplementedError, as it should).
 attention_varlen (a packed batch) against util.packed_reference (variant_reference per sequence)
 by the same rule, in bf16 and fp16: the forward is stage 05's fa05_forward_varlen, the backward
-the op's loop of stage 06's GPU backward over the sequences, which is also held to the bits of
-attention_bwd called on each sequence by hand.
+the op's packed GPU backward (gpu_v3 in one launch), which is also held within one bf16 unit to
+attention_bwd (gpu_v3) called on each sequence by hand.
 Exits 77 (ctest: skipped) without a GPU."""
 import os
 import sys
