@@ -50,18 +50,26 @@ fa::AttnProblem make(int64_t B, int64_t H, int64_t H_kv, int64_t N_q, int64_t N_
   return p;
 }
 
-// fa06_backward_cpu and fa06_backward_cpu_variant once the problem is made.
-int backward_cpu_problem(const float* Q, const float* K, const float* V, const float* O, const float* dO,
-                         const float* LSE, float* dQ, float* dK, float* dV, const fa::AttnProblem& p, int64_t Br,
-                         int64_t Bc, int threads) {
+// The arguments every CPU backward checks before it looks at the problem: the pointers, the
+// scale, the block sizes and the thread count.
+int check_cpu_args(const float* Q, const float* K, const float* V, const float* O, const float* dO, const float* LSE,
+                   float* dQ, float* dK, float* dV, float scale, int64_t Br, int64_t Bc, int threads) {
   if (!Q || !K || !V || !O || !dO || !LSE || !dQ || !dK || !dV)
     return fail(FA06_INVALID_ARGUMENT, "Q, K, V, O, dO, LSE, dQ, dK, dV: expected pointers, found NULL");
-  if (int s = check_scale(p.scale)) return s;
+  if (int s = check_scale(scale)) return s;
   if (Br < 0 || Bc < 0)
     return fail(FA06_INVALID_ARGUMENT, "--block-q/--block-k: expected block sizes >= 0 (0: the default), found Br=" +
                                            std::to_string(Br) + " Bc=" + std::to_string(Bc));
   if (threads < 0 || threads > 256)
     return fail(FA06_INVALID_ARGUMENT, "--threads: expected 0 (all) to 256, found " + std::to_string(threads));
+  return FA06_OK;
+}
+
+// fa06_backward_cpu and fa06_backward_cpu_variant once the problem is made.
+int backward_cpu_problem(const float* Q, const float* K, const float* V, const float* O, const float* dO,
+                         const float* LSE, float* dQ, float* dK, float* dV, const fa::AttnProblem& p, int64_t Br,
+                         int64_t Bc, int threads) {
+  if (int s = check_cpu_args(Q, K, V, O, dO, LSE, dQ, dK, dV, p.scale, Br, Bc, threads)) return s;
   try {
     fa::validate(p);  // sizes, H % H_kv, and a window side below -1 or a softcap < 0 or not finite
     bwd::Blocks blk;
@@ -81,15 +89,8 @@ int backward_cpu_varlen(const float* Q, const float* K, const float* V, const fl
                         const float* LSE, float* dQ, float* dK, float* dV, const int32_t* cu_q, const int32_t* cu_k,
                         int64_t B, int64_t total_q, int64_t total_k, const fa::AttnProblem& p, int64_t Br, int64_t Bc,
                         int threads) {
-  if (!Q || !K || !V || !O || !dO || !LSE || !dQ || !dK || !dV)
-    return fail(FA06_INVALID_ARGUMENT, "Q, K, V, O, dO, LSE, dQ, dK, dV: expected pointers, found NULL");
+  if (int s = check_cpu_args(Q, K, V, O, dO, LSE, dQ, dK, dV, p.scale, Br, Bc, threads)) return s;
   if (!cu_q || !cu_k) return fail(FA06_INVALID_ARGUMENT, "cu_seqlens_q, cu_seqlens_k: expected pointers, found NULL");
-  if (int s = check_scale(p.scale)) return s;
-  if (Br < 0 || Bc < 0)
-    return fail(FA06_INVALID_ARGUMENT, "--block-q/--block-k: expected block sizes >= 0 (0: the default), found Br=" +
-                                           std::to_string(Br) + " Bc=" + std::to_string(Bc));
-  if (threads < 0 || threads > 256)
-    return fail(FA06_INVALID_ARGUMENT, "--threads: expected 0 (all) to 256, found " + std::to_string(threads));
   try {
     const fa::VarlenHost v = fa::varlen_from_arrays(cu_q, cu_k, B, total_q, total_k);
     fa::validate_varlen_problem(p, v);  // heads, head dim, variants; each sequence's size

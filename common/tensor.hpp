@@ -40,6 +40,14 @@ bool same_bits(const TensorT<T>& a, const TensorT<T>& b) {
   return a.shape == b.shape && std::memcmp(a.ptr(), b.ptr(), a.data.size() * sizeof(T)) == 0;
 }
 
+// Any NaN: an element a run did not write, when its output was poisoned first (poison()).
+template <class T>
+bool has_nan(const TensorT<T>& x) {
+  for (const T& e : x.data)
+    if (e != e) return true;
+  return false;
+}
+
 // "[2, 12, 256, 32]"
 std::string shape_str(const std::vector<int64_t>& shape);
 

@@ -172,24 +172,31 @@ CacheForwardFn gpu_forward_cache(DeviceCacheForwardFn f, DType dtype, CacheWorks
   };
 }
 
+namespace {
+// A packed batch's offsets as int32 device arrays (inputs, like Q: not extra memory).
+struct DeviceOffsets {
+  DeviceBuffer<int32_t> q, k;
+  void upload(const VarlenHost& v, cudaStream_t s) {
+    for (auto [x, d] : {std::pair{&v.cu_q, &q}, std::pair{&v.cu_k, &k}}) {
+      *d = DeviceBuffer<int32_t>(int64_t(x->size()), Mem::Io, s);
+      FA_CUDA_CHECK(cudaMemcpyAsync(d->get(), x->data(), x->size() * sizeof(int32_t), cudaMemcpyHostToDevice, s));
+    }
+    FA_CUDA_CHECK(cudaStreamSynchronize(s));
+  }
+  static int64_t bytes(const VarlenHost& v) { return 4 * int64_t(v.cu_q.size() + v.cu_k.size()); }
+};
+}  // namespace
+
 VarlenForwardFn gpu_forward_varlen(DeviceVarlenForwardFn f, DType dtype, VarlenWorkspaceFn workspace) {
   return [f = std::move(f), dtype, workspace = std::move(workspace)](
              const AttnProblem& p, const VarlenHost& v, const float* Q, const float* K, const float* V, float* O,
              float* LSE) {
-    // The offsets travel as int32 device arrays (inputs, like Q: not extra memory).
-    DeviceBuffer<int32_t> cu_q, cu_k;
-    const auto setup = [&](cudaStream_t s) {
-      for (auto [x, d] : {std::pair{&v.cu_q, &cu_q}, std::pair{&v.cu_k, &cu_k}}) {
-        *d = DeviceBuffer<int32_t>(int64_t(x->size()), Mem::Io, s);
-        FA_CUDA_CHECK(cudaMemcpyAsync(d->get(), x->data(), x->size() * sizeof(int32_t), cudaMemcpyHostToDevice, s));
-      }
-      FA_CUDA_CHECK(cudaStreamSynchronize(s));
-    };
-    const int64_t ints = 4 * int64_t(v.cu_q.size() + v.cu_k.size());
+    DeviceOffsets cu;  // uploaded by forward_on_gpu / backward_on_gpu once the GPU is checked
+    const auto setup = [&](cudaStream_t s) { cu.upload(v, s); };
     forward_on_gpu(dtype, v.total_q() * p.H * p.d, v.total_k() * p.H_kv * p.d, p.H * v.total_q(),
-                   ints + (workspace ? workspace(p, v, dtype) : 0), Q, K, V, O, LSE, setup,
+                   cu.bytes(v) + (workspace ? workspace(p, v, dtype) : 0), Q, K, V, O, LSE, setup,
                    [&](const void* dQ, const void* dK, const void* dV, void* dO, float* dLSE, cudaStream_t s) {
-                     f(p, v, dtype, dQ, dK, dV, dO, dLSE, cu_q.get(), cu_k.get(), s);
+                     f(p, v, dtype, dQ, dK, dV, dO, dLSE, cu.q.get(), cu.k.get(), s);
                    });
   };
 }
@@ -264,21 +271,13 @@ VarlenBackwardFn gpu_backward_varlen(DeviceVarlenBackwardFn f, DType dtype, Varl
   return [f = std::move(f), dtype, workspace = std::move(workspace)](
              const AttnProblem& p, const VarlenHost& v, const float* Q, const float* K, const float* V,
              const float* O, const float* dO, const float* LSE, float* dQ, float* dK, float* dV) {
-    // The offsets travel as int32 device arrays (inputs, like Q: not extra memory).
-    DeviceBuffer<int32_t> cu_q, cu_k;
-    const auto setup = [&](cudaStream_t s) {
-      for (auto [x, d] : {std::pair{&v.cu_q, &cu_q}, std::pair{&v.cu_k, &cu_k}}) {
-        *d = DeviceBuffer<int32_t>(int64_t(x->size()), Mem::Io, s);
-        FA_CUDA_CHECK(cudaMemcpyAsync(d->get(), x->data(), x->size() * sizeof(int32_t), cudaMemcpyHostToDevice, s));
-      }
-      FA_CUDA_CHECK(cudaStreamSynchronize(s));
-    };
-    const int64_t ints = 4 * int64_t(v.cu_q.size() + v.cu_k.size());
+    DeviceOffsets cu;  // uploaded by forward_on_gpu / backward_on_gpu once the GPU is checked
+    const auto setup = [&](cudaStream_t s) { cu.upload(v, s); };
     backward_on_gpu(dtype, v.total_q() * p.H * p.d, v.total_k() * p.H_kv * p.d, p.H * v.total_q(),
-                    ints + (workspace ? workspace(p, v, dtype) : 0), Q, K, V, O, dO, LSE, dQ, dK, dV, setup,
+                    cu.bytes(v) + (workspace ? workspace(p, v, dtype) : 0), Q, K, V, O, dO, LSE, dQ, dK, dV, setup,
                     [&](const void* gQ, const void* gK, const void* gV, const void* gO, const void* gdO,
                         const float* gL, void* gdQ, void* gdK, void* gdV, cudaStream_t s) {
-                      f(p, v, dtype, gQ, gK, gV, gO, gdO, gL, gdQ, gdK, gdV, cu_q.get(), cu_k.get(), s);
+                      f(p, v, dtype, gQ, gK, gV, gO, gdO, gL, gdQ, gdK, gdV, cu.q.get(), cu.k.get(), s);
                     });
   };
 }

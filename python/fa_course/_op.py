@@ -13,12 +13,14 @@ _DTYPE_CODE = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
 
 # ---- checks, in the course's one-line form: "argument: expected ..., found ..." --------------
 
-def _check(q, k, v, causal, scale, kernel, window_left=-1, window_right=-1, softcap=0.0):
+def _check_tensors(q, k, v, rank, layout, gpu_dtypes, gpu_names):
+    """q, k, v: tensors of `rank` dimensions (`layout` names them), one device (cpu or cuda), one
+    dtype: float32 on the CPU, one of gpu_dtypes (named gpu_names) on the GPU."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name}: expected a torch.Tensor, found {type(t).__name__}")
-        if t.dim() != 4:
-            raise ValueError(f"{name}: expected 4 dimensions [B, H, N, d], found shape {tuple(t.shape)}")
+        if t.dim() != rank:
+            raise ValueError(f"{name}: expected {rank} dimensions {layout}, found shape {tuple(t.shape)}")
     if not (q.device == k.device == v.device):
         raise ValueError(f"q, k, v: expected one device, found {q.device}, {k.device}, {v.device}")
     if not (q.dtype == k.dtype == v.dtype):
@@ -27,10 +29,14 @@ def _check(q, k, v, causal, scale, kernel, window_left=-1, window_right=-1, soft
         if q.dtype != torch.float32:
             raise TypeError(f"dtype: expected torch.float32 on the CPU (stage 04), found {q.dtype}")
     elif q.device.type == "cuda":
-        if q.dtype not in _DTYPE_CODE:
-            raise TypeError(f"dtype: expected float32, float16 or bfloat16 on the GPU, found {q.dtype}")
+        if q.dtype not in gpu_dtypes:
+            raise TypeError(f"dtype: expected {gpu_names} on the GPU, found {q.dtype}")
     else:
         raise ValueError(f"device: expected cpu or cuda, found {q.device}")
+
+
+def _check(q, k, v, causal, scale, kernel, window_left=-1, window_right=-1, softcap=0.0):
+    _check_tensors(q, k, v, 4, "[B, H, N, d]", _DTYPE_CODE, "float32, float16 or bfloat16")
     B, H, N_q, d = q.shape
     if k.shape != v.shape:
         raise ValueError(f"--k/--v: expected k and v of one shape, found {tuple(k.shape)} and {tuple(v.shape)}")
@@ -459,24 +465,8 @@ def _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale, kernel, wi
     """The varlen ops' checks that read no tensor's values (the fakes make them too): the packed
     tensors [total, heads, d], the offsets' dtype, device and size, and what _check holds a plain
     problem to."""
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name}: expected a torch.Tensor, found {type(t).__name__}")
-        if t.dim() != 3:
-            raise ValueError(f"{name}: expected 3 dimensions [total_tokens, heads, d] (a packed batch), found shape "
-                             f"{tuple(t.shape)}")
-    if not (q.device == k.device == v.device):
-        raise ValueError(f"q, k, v: expected one device, found {q.device}, {k.device}, {v.device}")
-    if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"q, k, v: expected one dtype, found {q.dtype}, {k.dtype}, {v.dtype}")
-    if q.device.type == "cpu":
-        if q.dtype != torch.float32:
-            raise TypeError(f"dtype: expected torch.float32 on the CPU (stage 04), found {q.dtype}")
-    elif q.device.type == "cuda":
-        if q.dtype not in (torch.float16, torch.bfloat16):
-            raise TypeError(f"dtype: expected float16 or bfloat16 on the GPU (stage 05's varlen forward), found {q.dtype}")
-    else:
-        raise ValueError(f"device: expected cpu or cuda, found {q.device}")
+    _check_tensors(q, k, v, 3, "[total_tokens, heads, d] (a packed batch)", (torch.float16, torch.bfloat16),
+                   "float16 or bfloat16 (the packed GPU kernels)")
     if k.shape != v.shape:
         raise ValueError(f"k, v: expected one shape, found {tuple(k.shape)} and {tuple(v.shape)}")
     total_q, H, d = q.shape
