@@ -15,6 +15,7 @@
 #include "kernels/bwd_v2_mma.cuh"
 #include "kernels/bwd_v3_split.cuh"
 #include "kernels/bwd_v4_wgmma.cuh"
+#include "kernels/bwd_v4_wide.cuh"
 #include "gpu.hpp"
 #include "pad_columns.hpp"
 #include "runner_bwd.hpp"
@@ -39,6 +40,13 @@ constexpr bool kHaveSm90a = false;
 bool v4_runs_on(int sm) {
   if (sm == 0) sm = fa::gpu_compute_capability();
   return kHaveSm90a && (sm <= 0 || sm == 90);
+}
+
+// The native widths gpu_v4 is compiled for: 128 (bwd_v4_wgmma.cuh), 192 and 256 (bwd_v4_wide.cuh,
+// the warpgroups sharing 64 keys and splitting the head dims).
+bool v4_width(int64_t D) { return D == 128 || D == 192 || D == 256; }
+int64_t v4_smem(int64_t D) {
+  return D == 192 ? bwd_v4_wide::smem_bytes<192>() : D == 256 ? bwd_v4_wide::smem_bytes<256>() : bwd_v4::smem_bytes<128>();
 }
 
 bool is_det(const std::string& k) { return k.size() > 4 && k.compare(k.size() - 4, 4, "_det") == 0; }
@@ -141,7 +149,10 @@ std::pair<std::string, std::string> choose(int64_t d, fa::DType dtype, int64_t s
     return {"gpu_v2", "gpu_v2: gpu_v3's " + kib(v3_smem(128, 2)) + " of shared memory do not fit this GPU's " +
                           kib(smem_limit) + " (a guess: gpu_v3 with one stage was never measured)"};
   }
-  return {"gpu_v3", "gpu_v3, 64 keys a block, the only tensor-core backward" + at};
+  if (v4_runs_on(sm) && v4_smem(D) <= smem_limit)
+    return {"gpu_v4", "gpu_v4, two warpgroups sharing 64 keys, each half the head dims, the fastest measured" + at +
+                          " (H200, compare_torch: 1.07-1.14x gpu_v3)"};
+  return {"gpu_v3", "gpu_v3, 64 keys a block" + at + " (gpu_v4 needs sm_90 and sm_90a code)"};
 }
 
 }  // namespace
@@ -221,11 +232,11 @@ BwdPlan backward_plan(const std::string& kernel, const fa::AttnProblem& p, fa::D
     pl.runs = "gpu_v1";
     why.push_back(kernel + " runs fp16/bf16; gpu_v1 runs float32");
   } else if (is_v4(kernel)) {
-    if (D != 128) {
+    if (!v4_width(D)) {
       // At the other widths auto's choice between gpu_v2 and gpu_v3 (d = 64: gpu_v2's 32 keys a
       // warp, the faster design there).
       pl.runs = choose(p.d, dtype, smem_limit, sm).first + suffix;
-      why.push_back(kernel + " runs d = 128 only: ran " + pl.runs + ", auto's choice at d = " + std::to_string(D));
+      why.push_back(kernel + " runs d = 128, 192 and 256 only: ran " + pl.runs + ", auto's choice at d = " + std::to_string(D));
     } else if (!v4_runs_on(sm)) {
       if (sm == 0) sm = fa::gpu_compute_capability();
       pl.runs = "gpu_v3" + suffix;
@@ -272,13 +283,13 @@ BwdPlan backward_plan(const std::string& kernel, const fa::AttnProblem& p, fa::D
     pl.smem_dq = 4 * int64_t(L.pass2_floats());
     pl.workspace_bytes = 4 * q_rows;
   } else if (v4) {
-    pl.Bc = bwd_v4::Bc;
+    pl.Bc = D == 128 ? bwd_v4::Bc : bwd_v4_wide::Bc;
     pl.keys_per_warp = 16;
     pl.Br = bwd_v2::Br;
     pl.stages = 2;
-    pl.threads = bwd_v4::kThreads;
+    pl.threads = D == 128 ? bwd_v4::kThreads : bwd_v4_wide::kThreads;
     pl.blocks_dkdv = p.B * p.H_kv * ceil_div(p.N_k, pl.Bc);
-    pl.smem_dkdv = bwd_v4::smem_bytes<128>();
+    pl.smem_dkdv = v4_smem(D);
   } else if (v3) {
     pl.Bc = v3_bc(D);
     pl.keys_per_warp = 32;
@@ -376,6 +387,8 @@ void run_tensor_cores(const BwdPlan& pl, bool det, const fa::AttnProblem& p, int
     constexpr int Dh = decltype(dh)::value;
     if (is_v4(pl.runs)) {
       if constexpr (Dh == 128) return det ? launch(bwd_v4::dk_dv_dq_kernel<T, 128, true>) : launch(bwd_v4::dk_dv_dq_kernel<T, 128, false>);
+      if constexpr (Dh == 192 || Dh == 256)
+        return det ? launch(bwd_v4_wide::dk_dv_dq_kernel<T, Dh, true>) : launch(bwd_v4_wide::dk_dv_dq_kernel<T, Dh, false>);
     } else if (is_v3(pl.runs)) {
       // A packed batch: the kernel compiled for one (never deterministic: backward_plan()).
       if constexpr (Dh >= 128)  // one stage: compiled where two may not fit (an A100's 163 KiB)

@@ -21,7 +21,9 @@
 //   gpu_v3_det  the same with dQ in key-block order
 //   gpu_v4      kernels/bwd_v4_wgmma.cuh: gpu_v3's step on Hopper's wgmma, two warpgroups of 64
 //               keys, operands read from shared memory by the tensor cores; bf16/fp16 at d = 128
-//               on sm_90a (other d: auto's choice of gpu_v2/gpu_v3; other GPUs or builds: gpu_v3)
+//               on sm_90a; at d = 192 and 256 kernels/bwd_v4_wide.cuh, the two warpgroups sharing
+//               64 keys and splitting the head dims (other d: auto's choice of gpu_v2/gpu_v3;
+//               other GPUs or builds: gpu_v3)
 //   gpu_v4_det  the same with dQ in key-block order
 //
 // Head dims (issue 37): the tensor-core kernels are compiled for the native widths 32, 64, 96,
@@ -67,7 +69,8 @@ int64_t smem_optin_bytes(int sm = 0);
 //   d <= 128             gpu_v4 on sm_90 with sm_90a code (measured: 1.12-1.22x gpu_v3), else
 //                        gpu_v3 where its 173 KiB of shared memory fit (measured: 1.06-1.09x
 //                        gpu_v2), else gpu_v2 (an A100's 163 KiB; a guess, nothing measured there)
-//   d <= 256             gpu_v3, 64 keys a block  (the only tensor-core backward there)
+//   d <= 256             gpu_v4 on sm_90 with sm_90a code (bwd_v4_wide.cuh; measured: 1.07-1.14x
+//                        gpu_v3, 2026-12-03), else gpu_v3, 64 keys a block
 // sm: compute capability (0 = the current device's, none: a Hopper assumed); smem_limit: bytes a
 // block may opt in to (0: smem_optin_bytes(sm)).
 std::string default_backward_kernel(int64_t d, fa::DType dtype, int64_t smem_limit = 0, int sm = 0);

@@ -279,6 +279,33 @@ TEST_CASE("06 gpu widths: gpu_v3 at d = 32, 96, 192 and 256, and padded d = 16, 
     for (int64_t d : {32, 96, 192, 256, 16, 150, 200}) check_width(k, d);
 }
 
+TEST_CASE("06 gpu widths: gpu_v4 at d = 192 and 256 (two warpgroups sharing 64 keys), and padded d = 150, 200, 224 (_det: bf16)") {
+  if (!v4_runs_here()) return;
+  for (const char* k : {"gpu_v4", "gpu_v4_det"})
+    for (int64_t d : {192, 256, 150, 200, 224}) {
+      CHECK(fa06::backward_plan(k, fa::make_problem(1, 1, 1, 8, 8, d, false), fa::DType::bf16).runs == k);
+      check_width(k, d);
+    }
+}
+
+// One small problem per width and variant, for compute-sanitizer (memcheck, racecheck, synccheck):
+// GQA, ragged N_q != N_k across the 64-key blocks and the 64-row steps, causal and a window with a
+// softcap, two key blocks per kv head so that dQ's additions from two blocks meet.
+TEST_CASE("06 gpu widths: gpu_v4 at d = 192 and 256 on one small problem each (for compute-sanitizer)") {
+  if (!v4_runs_here()) return;
+  for (const char* k : {"gpu_v4", "gpu_v4_det"})
+    for (int64_t d : {192, 256})
+      for (int variant = 0; variant < 2; ++variant) {
+        fa::AttnProblem p = fa::make_problem(1, 4, 2, 100, 130, d, variant == 0);
+        if (variant == 1) p.window_left = 40, p.window_right = 10, p.softcap = 20.f;
+        const fa::Case c{std::string(k) + " small", p, variant == 1 ? fa::Fill::Logits30 : fa::Fill::HighDims};
+        INFO(k << " d = " << d << " variant " << variant);
+        CHECK(fa06::backward_plan(k, p, fa::DType::bf16).runs == k);
+        fa::check_backward_case(stage_06_gpu_backward(k, fa::DType::bf16), c, false, stage_06_gpu_forward(fa::DType::bf16),
+                                v2_storage(fa::DType::bf16));
+      }
+}
+
 // On an H200 the plan for sm_80 runs what an A100 would: gpu_v3 with one buffer of Q_i and dO_i
 // from d = 128 on (two do not fit its 163 KiB), auto's A100 choices (gpu_v2 at d = 128).
 TEST_CASE("06 gpu widths: the sm_80 plan (gpu_v3 in one stage at d >= 128, auto's choices) at d = 100, 128, 192, 256") {
@@ -289,7 +316,7 @@ TEST_CASE("06 gpu widths: the sm_80 plan (gpu_v3 in one stage at d >= 128, auto'
 }
 
 TEST_CASE("06 gpu widths: scale 0.3, MQA (8 heads, 1 kv head), B = 3 at padded d = 40, 80, 160 and native 192, 256") {
-  for (const char* k : {"auto", "gpu_v2", "gpu_v3"})
+  for (const char* k : {"auto", "gpu_v2", "gpu_v3", "gpu_v4"})
     for (int64_t d : {40, 80, 160, 192, 256})
       for (bool causal : {false, true}) {
         fa::AttnProblem p = fa::make_problem(3, 8, 1, 100, 150, d, causal);
@@ -302,7 +329,7 @@ TEST_CASE("06 gpu widths: scale 0.3, MQA (8 heads, 1 kv head), B = 3 at padded d
 }
 
 TEST_CASE("06 gpu widths: _det variants bit-identical over 10 runs at padded d = 40, 80 and d = 160, 256 (64 keys a block)") {
-  for (const char* k : {"gpu_v2_det", "gpu_v3_det"})
+  for (const char* k : {"gpu_v2_det", "gpu_v3_det", "gpu_v4_det"})
     for (const fa::AttnProblem& p : {fa::make_problem(2, 4, 1, 301, 257, 40, true), fa::make_problem(1, 4, 2, 200, 333, 80, false),
                                      fa::make_problem(1, 4, 2, 300, 400, 160, true), fa::make_problem(1, 2, 2, 333, 200, 256, false)}) {
       const fa::DType t = fa::DType::bf16;
@@ -326,7 +353,7 @@ TEST_CASE("06 gpu widths: _det variants bit-identical over 10 runs at padded d =
 TEST_CASE("06 gpu widths: extra GPU memory of a padded run is the plan's: D, dQacc at the native width, the copies") {
   const fa::DType t = fa::DType::fp16;
   for (int64_t d : {40, 80, 160, 256})
-    for (const char* k : {"auto", "gpu_v2", "gpu_v3_det"}) {
+    for (const char* k : {"auto", "gpu_v2", "gpu_v3_det", "gpu_v4_det"}) {
       const fa::AttnProblem p = fa::make_problem(2, 4, 2, 300, 500, d, true);
       fa::Inputs in = fa::random_inputs(p, 2);
       fa::add_grad_output(in, "", 4);
@@ -393,10 +420,10 @@ const int64_t kVariantSizes[][2] = {{300, 1000}, {1000, 300}, {127, 129}, {200, 
 const Window kWindows[] = {{7, 0, true, 0.f},    {100, 37, false, 0.f}, {0, 130, false, 20.f},
                            {-1, 70, false, 0.f}, {200, -1, true, 50.f}, {64, 64, false, 5.f}};
 
-void check_variant_ragged(const std::string& kernel, fa::DType t) {
+void check_variant_ragged(const std::string& kernel, fa::DType t, std::vector<int64_t> dims = {64, 128}) {
   const bool v1 = kernel == "gpu_v1";
-  for (int64_t d : {64, 128}) {
-    if (is_v4(kernel) && d != 128) continue;
+  for (int64_t d : dims) {
+    if (is_v4(kernel) && d < 128) continue;
     std::vector<fa06::BwdShape> shapes = {{}};
     if (kernel.rfind("gpu_v2", 0) == 0) shapes = fa06::bwd_shapes(d);
     for (const fa06::BwdShape& sh : shapes)
@@ -421,6 +448,13 @@ void check_variant_ragged_tc(const std::string& version) {
   for (const std::string& k : {version, version + "_det"})
     for (fa::DType t : kHalfTypes)
       if (!(is_det(k) && t == fa::DType::fp16)) check_variant_ragged(k, t);
+}
+// gpu_v4 and gpu_v4_det at one of its wide widths (bwd_v4_wide.cuh).
+void check_variant_ragged_wide(int64_t d) {
+  if (!v4_runs_here()) return;
+  for (const std::string k : {"gpu_v4", "gpu_v4_det"})
+    for (fa::DType t : kHalfTypes)
+      if (!(is_det(k) && t == fa::DType::fp16)) check_variant_ragged(k, t, {d});
 }
 // One kernel alone (gpu_v2's every block shape makes the pair too long for one process).
 void check_variant_ragged_one(const std::string& k) {
@@ -461,6 +495,14 @@ TEST_CASE("06 gpu variants: gpu_v3, gpu_v3_det ragged, band edges across the blo
 }
 TEST_CASE("06 gpu variants: gpu_v4, gpu_v4_det ragged, band edges across the blocks, O and LSE from stage 01's forward (CPU)") {
   check_variant_ragged_tc("gpu_v4");
+}
+
+TEST_CASE("06 gpu variants: gpu_v4, gpu_v4_det at d = 192 ragged, band edges across the blocks, O and LSE from stage 01's forward (CPU)") {
+  check_variant_ragged_wide(192);
+}
+
+TEST_CASE("06 gpu variants: gpu_v4, gpu_v4_det at d = 256 ragged, band edges across the blocks, O and LSE from stage 01's forward (CPU)") {
+  check_variant_ragged_wide(256);
 }
 
 // As the program runs it (--device gpu): the forward on the GPU too, stage 05's auto for a problem

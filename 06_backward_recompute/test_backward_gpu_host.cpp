@@ -143,6 +143,32 @@ TEST_CASE("06 gpu plan: gpu_v4 takes 128 keys a block, two warpgroups, swizzled 
   }
 }
 
+TEST_CASE("06 gpu plan: gpu_v4 at d = 192 and 256 takes 64 keys a block, the warpgroups sharing them (bwd_v4_wide)") {
+  const bool v4_built =
+      fa06::backward_plan("gpu_v4", fa::make_problem(1, 2, 2, 100, 100, 128, false), fa::DType::bf16, {}, 90).runs == "gpu_v4";
+  if (!v4_built) return;  // a build without sm_90a code: the fallback case below covers it
+  for (const char* k : {"gpu_v4", "gpu_v4_det"})
+    for (int64_t D : {192, 256}) {
+      INFO(k << " D = " << D);
+      const fa::AttnProblem p = fa::make_problem(2, 8, 2, 1000, 300, D, true);
+      const fa06::BwdPlan pl = fa06::backward_plan(k, p, fa::DType::fp16, {}, 90);
+      CHECK(pl.runs == k);
+      CHECK(pl.note.empty());
+      CHECK(pl.d_kernel == D);
+      CHECK(pl.Br == 64);
+      CHECK(pl.Bc == 64);
+      CHECK(pl.threads == 256);
+      CHECK(pl.blocks_dkdv == 2 * 2 * 5);  // ceil(300 / 64) key blocks per kv head
+      // K_j, V_j, 2 x Q_i, 2 x dO_i, P^T, dS^T in 16 bits; LSE_i, D_i twice; 1024 bytes of alignment.
+      CHECK(pl.smem_dkdv == (2 * 64 * D + 4 * 64 * D + 2 * 64 * 64) * 2 + 4 * 64 * 4 + 1024);
+      CHECK(pl.smem_dkdv <= 227 * 1024);
+      // Padded: d = 150 and 200 run at 192 and 256 on gpu_v4 itself.
+      const fa06::BwdPlan pp = fa06::backward_plan(k, fa::make_problem(1, 2, 2, 100, 100, D - 42, false), fa::DType::bf16, {}, 90);
+      CHECK(pp.runs == k);
+      CHECK(pp.d_kernel == D);
+    }
+}
+
 TEST_CASE("06 gpu plan: gpu_v4 falls back, and says so: auto's choice at other widths, gpu_v3 off sm_90, gpu_v1 in fp32") {
   const fa::AttnProblem p64 = fa::make_problem(1, 2, 2, 100, 100, 64, false), p128 = fa::make_problem(1, 2, 2, 100, 100, 128, false);
   for (const std::string k : {"gpu_v4", "gpu_v4_det"}) {
@@ -151,9 +177,9 @@ TEST_CASE("06 gpu plan: gpu_v4 falls back, and says so: auto's choice at other w
     fa06::BwdPlan pl = fa06::backward_plan(k, p64, fa::DType::bf16, {}, 90);
     CHECK(pl.runs == "gpu_v2" + det);
     CHECK(pl.keys_per_warp == 32);  // gpu_v2's own d = 64 shape
-    CHECK(pl.note.find("d = 128 only") != std::string::npos);
+    CHECK(pl.note.find("d = 128, 192 and 256 only") != std::string::npos);
     for (auto [d, D] : kWidths) {
-      if (D == 128) continue;
+      if (D >= 128) continue;
       INFO("d = " << d);
       pl = fa06::backward_plan(k, fa::make_problem(1, 2, 2, 100, 100, d, false), fa::DType::bf16, {}, 90);
       CHECK(pl.runs == fa06::default_backward_kernel(d, fa::DType::bf16, 0, 90) + det);
@@ -168,6 +194,11 @@ TEST_CASE("06 gpu plan: gpu_v4 falls back, and says so: auto's choice at other w
     CHECK(pl.runs == "gpu_v3" + det);
     CHECK(pl.note.find("sm_80") != std::string::npos);
     CHECK(pl.smem_dkdv == fa06::backward_plan("gpu_v3", p128, fa::DType::fp16, {}, 80).smem_dkdv);
+    for (int64_t d : {192, 200, 256}) {  // the wide form falls back the same way off sm_90
+      pl = fa06::backward_plan(k, fa::make_problem(1, 2, 2, 100, 100, d, false), fa::DType::bf16, {}, 80);
+      CHECK(pl.runs == "gpu_v3" + det);
+      CHECK(pl.note.find("sm_80") != std::string::npos);
+    }
     pl = fa06::backward_plan(k, p128, fa::DType::fp32, {}, 90);
     CHECK(pl.runs == "gpu_v1");
     CHECK(pl.note.find("gpu_v1") != std::string::npos);
@@ -188,8 +219,9 @@ TEST_CASE("06 gpu plan: the default backward per head dim and dtype (the benchma
     CHECK(fa06::default_backward_kernel(64, t, 0, 90) == "gpu_v2");
     CHECK(fa06::default_backward_kernel(96, t, 0, 90) == "gpu_v3");
     CHECK(fa06::default_backward_kernel(128, t, 0, 90) == at128);
-    CHECK(fa06::default_backward_kernel(192, t, 0, 90) == "gpu_v3");
-    CHECK(fa06::default_backward_kernel(256, t, 0, 90) == "gpu_v3");
+    CHECK(fa06::default_backward_kernel(192, t, 0, 90) == at128);  // gpu_v4's wide form where gpu_v4 runs
+    CHECK(fa06::default_backward_kernel(256, t, 0, 90) == at128);
+    CHECK(fa06::default_backward_kernel(200, t, 0, 90) == at128);
     CHECK(fa06::default_backward_kernel(40, t, 0, 90) == "gpu_v2");   // d = 64's
     CHECK(fa06::default_backward_kernel(111, t, 0, 90) == at128);     // d = 128's
     CHECK(fa06::default_backward_kernel(128, t, 227 * 1024, 80) == "gpu_v3");
@@ -222,9 +254,9 @@ TEST_CASE("06 gpu plan: every d from 1 to 256 runs a tensor-core kernel in fp16/
           if (k == "auto") CHECK(pl.note.rfind("auto: ", 0) == 0);
           // auto follows default_backward_kernel (with this GPU's shared memory).
           if (k == "auto") CHECK(pl.runs == fa06::default_backward_kernel(d, t, fa06::smem_optin_bytes(sm), sm));
-          // Above d = 128 only gpu_v3 is compiled; gpu_v4 runs only at 128 on sm_90.
-          if (D > 128) CHECK(pl.runs.rfind("gpu_v3", 0) == 0);
-          if (pl.runs.rfind("gpu_v4", 0) == 0) CHECK((D == 128 && sm == 90));
+          // Above d = 128 gpu_v3 and gpu_v4 are compiled; gpu_v4 runs at 128, 192, 256 on sm_90 only.
+          if (D > 128) CHECK((pl.runs.rfind("gpu_v3", 0) == 0 || pl.runs.rfind("gpu_v4", 0) == 0));
+          if (pl.runs.rfind("gpu_v4", 0) == 0) CHECK(((D == 128 || D == 192 || D == 256) && sm == 90));
           // A _det kernel stays deterministic whatever runs.
           if (k.size() > 4 && k.substr(k.size() - 4) == "_det") CHECK(pl.runs.substr(pl.runs.size() - 4) == "_det");
         }

@@ -22,12 +22,14 @@ it PyTorch tensors' device pointers, so our kernels and SDPA's backends read the
 3. With --backward: the same grid in bf16, SDPA's backward alone (flash, cuDNN, efficient): the
    forward runs once, then each timed call is torch.autograd.grad through it (retain_graph), so
    only the backward kernels run; and in the same process, on the same tensors, stage 06's
-   backward through libfa06.so (06_backward_recompute/fa06.h: its "auto" kernel, from the O and
-   LSE of stage 05's forward), so the ratio to SDPA's backward is measured in one process.
+   backward through libfa06.so (06_backward_recompute/fa06.h: its "auto" kernel, or each of
+   --bwd-kernels, from the O and LSE of stage 05's forward), so the ratio to SDPA's backward is
+   measured in one process.
    Backward TFLOP/s: 2.5x the forward's FLOPs (FA2's convention).
 
 Usage: python3 tools/compare_torch.py --lib build-gpu/05_cuda_tiled/libfa05.so [--json out.json]
        [--lib06 PATH]   (default: 06_backward_recompute/libfa06.so of the same build)
+       [--bwd-kernels gpu_v3,gpu_v4]   (with --backward; default auto)
        [--quick]   (fewer sizes)   [--backward]   [--dtypes fp16]   (default bf16,fp32)
 Needs a CUDA GPU and PyTorch (>= 2.5 for enable_gqa); not part of the README's two commands.
 """
@@ -323,7 +325,7 @@ class Fa06:
             raise RuntimeError(f"fa06_backward({kernel}): status {status}: {self.lib.fa06_last_error().decode()}")
 
 
-def timing_backward(device, quick, log, launches=0, fa=None, fa06=None, dims=(64, 128), Ns=None):
+def timing_backward(device, quick, log, launches=0, fa=None, fa06=None, dims=(64, 128), Ns=None, bwd_kernels=("auto",)):
     rows = []
     Ns = Ns or ([1024, 4096, 16384] if quick else [512, 1024, 2048, 4096, 8192, 16384])
     for d in dims:
@@ -342,17 +344,20 @@ def timing_backward(device, quick, log, launches=0, fa=None, fa06=None, dims=(64
                     with torch.no_grad():
                         o, lse = fa.forward(fwd, q.detach(), k.detach(), v.detach(), causal, 1 / math.sqrt(d))
                     dq, dk, dv = (torch.empty_like(t) for t in (q, k, v))
-                    kname = fa06.runs("auto", d, "bf16")
-                    try:
-                        ms = time_ms(lambda: fa06.backward("auto", q.detach(), k.detach(), v.detach(), o, do, lse, causal,
-                                                           1 / math.sqrt(d), dq, dk, dv), 3 if flops / 1e12 > 5 else 10,
-                                     launches)
-                        note = ""
-                    except RuntimeError as e:
-                        ms, note = None, "refused: " + str(e).splitlines()[0][:80]
-                    rows.append({"impl": f"fa06 {kname}", "dtype": "bf16", "N": N, "d": d, "causal": causal, "B": B,
-                                 "H": H, "ms": ms, "tflops": flops / (ms * 1e9) if ms else None, "note": note})
-                    cells.append(f"fa06 {kname}: {flops / (ms * 1e9):.1f}" if ms else f"fa06 {kname}: -")
+                    for asked in bwd_kernels:
+                        kname = fa06.runs(asked, d, "bf16")
+                        label = kname if asked == kname else f"{asked}={kname}"
+                        try:
+                            ms = time_ms(lambda: fa06.backward(asked, q.detach(), k.detach(), v.detach(), o, do, lse,
+                                                               causal, 1 / math.sqrt(d), dq, dk, dv),
+                                         3 if flops / 1e12 > 5 else 10, launches)
+                            note = ""
+                        except RuntimeError as e:
+                            ms, note = None, "refused: " + str(e).splitlines()[0][:80]
+                        rows.append({"impl": f"fa06 {label}", "dtype": "bf16", "N": N, "d": d, "causal": causal,
+                                     "B": B, "H": H, "ms": ms, "tflops": flops / (ms * 1e9) if ms else None,
+                                     "note": note})
+                        cells.append(f"fa06 {label}: {flops / (ms * 1e9):.1f}" if ms else f"fa06 {label}: -")
                     o = lse = dq = dk = dv = None
                 for b in ("flash", "cudnn", "efficient"):
                     try:
@@ -379,6 +384,8 @@ def main():
     ap.add_argument("--no-timing", action="store_true")
     ap.add_argument("--no-checks", action="store_true", help="skip the checks against float64 (timing only)")
     ap.add_argument("--backward", action="store_true", help="also time SDPA's and stage 06's backward (bf16)")
+    ap.add_argument("--bwd-kernels", default="auto",
+                    help="stage 06 backwards to time with --backward, e.g. gpu_v3,gpu_v4 (default auto)")
     ap.add_argument("--lib06", help="path to libfa06.so (default: beside --lib's build, 06_backward_recompute/)")
     ap.add_argument("--dtypes", default="bf16,fp32", help="the forward timing's dtypes (default bf16,fp32)")
     ap.add_argument("--dims", default="64,128", help="head dims of the timing grid (default 64,128)")
@@ -423,7 +430,7 @@ def main():
         fa06 = Fa06(lib06) if os.path.isfile(lib06) else None
         if fa06 is None:
             log(f"  (no {lib06}: SDPA's backward alone)")
-        rows += timing_backward(device, args.quick, log, args.launches, fa, fa06, dims, Ns)
+        rows += timing_backward(device, args.quick, log, args.launches, fa, fa06, dims, Ns, args.bwd_kernels.split(","))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": props.name, "torch": torch.__version__, "cuda": torch.version.cuda,

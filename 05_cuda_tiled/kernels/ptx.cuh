@@ -256,6 +256,42 @@ __device__ __forceinline__ void wgmma_m64nNk16_ss(float (&d)[N / 8][4], uint64_t
   }
 }
 #undef FA05_D4
+// d[kAt .. kAt + N/8) (64 x N, fp32) += A (64 x 16) times B (16 x N), both in shared memory by
+// descriptor, N = 32 or 64, transposes as wgmma_m64n64k16_ss: the SS form writing a slice of a wider
+// accumulator, so that one array can hold a product whose N is cut into pieces (stage 06's gpu_v4
+// at d > 128, kernels/bwd_v4_wide.cuh: a warpgroup's 96 head dims at d = 192 are 64 + 32, each
+// piece starting inside its own 64-element column atom).
+#define FA05_DA(i) "+f"(d[kAt + i][0]), "+f"(d[kAt + i][1]), "+f"(d[kAt + i][2]), "+f"(d[kAt + i][3])
+template <class T, int N, int kTransA, int kTransB, int kAt, int M>
+__device__ __forceinline__ void wgmma_ss_at(float (&d)[M][4], uint64_t desc_a, uint64_t desc_b) {
+  static_assert((N == 32 || N == 64) && kAt + N / 8 <= M, "a 32- or 64-wide slice inside the accumulator");
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
+  if constexpr (N == 32) {
+    if constexpr (bf16)
+      asm volatile("wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, 1, 1, 1, %18, %19;\n"
+                   : FA05_DA(0), FA05_DA(1), FA05_DA(2), FA05_DA(3)
+                   : "l"(desc_a), "l"(desc_b), "n"(kTransA), "n"(kTransB));
+    else
+      asm volatile("wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, 1, 1, 1, %18, %19;\n"
+                   : FA05_DA(0), FA05_DA(1), FA05_DA(2), FA05_DA(3)
+                   : "l"(desc_a), "l"(desc_b), "n"(kTransA), "n"(kTransB));
+  } else {
+    if constexpr (bf16)
+      asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, 1, 1, 1, %34, %35;\n"
+                   : FA05_DA(0), FA05_DA(1), FA05_DA(2), FA05_DA(3), FA05_DA(4), FA05_DA(5), FA05_DA(6), FA05_DA(7)
+                   : "l"(desc_a), "l"(desc_b), "n"(kTransA), "n"(kTransB));
+    else
+      asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, 1, 1, 1, %34, %35;\n"
+                   : FA05_DA(0), FA05_DA(1), FA05_DA(2), FA05_DA(3), FA05_DA(4), FA05_DA(5), FA05_DA(6), FA05_DA(7)
+                   : "l"(desc_a), "l"(desc_b), "n"(kTransA), "n"(kTransB));
+  }
+#else
+  (void)d, (void)desc_a, (void)desc_b;
+  __trap();  // sm_90a only; the runner never launches gpu_v4 elsewhere
+#endif
+}
+#undef FA05_DA
 
 // ---- Hopper (sm_90a): mbarriers and register hand-over, for warp specialisation (v12). PTX ISA,
 // "Parallel Synchronization and Communication Instructions: mbarrier" and "setmaxnreg".
