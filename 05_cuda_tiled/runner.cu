@@ -35,6 +35,7 @@
 #include "kernels/v14_split_kv.cuh"
 #include "pad_columns.hpp"
 #include "runner.hpp"
+#include "tensor_map.hpp"
 
 namespace fa05 {
 
@@ -381,39 +382,6 @@ bool dispatch_shape(const Plan& pl, int64_t d, Go go) {
   return dispatch_shape<Ver>(pl, d, go, static_cast<typename Ver::Shapes*>(nullptr));
 }
 
-// A TMA tensor map (v12) of a (slices, rows, d) tensor of 16-bit elements at base: boxes of 64
-// columns x box_rows rows of one slice, written to shared memory in the 128-byte swizzle (v7's
-// layout); rows past `rows` read as zeros. Row r of slice s starts at element s slice_pitch + r
-// row_pitch (0, 0: contiguous, d and rows d). A packed batch's [total, H, d] is rows = total
-// tokens H d apart, slices = heads d apart: the copy engine takes any order of the strides. CUDA driver API, cuTensorMapEncodeTiled ("Tensor
-// Map Object Management"), reached through the runtime so the build links no libcuda. Host only:
-// no GPU work. Throws fa::CudaError if the driver has no such entry point or refuses the map (it
-// checks alignment: base and row pitch 16-byte aligned, which plan() and check_alignment ensure).
-CUtensorMap tensor_map_3d(const void* base, fa::DType dtype, int64_t d, int64_t rows, int64_t slices, int box_rows,
-                          int64_t row_pitch = 0, int64_t slice_pitch = 0) {
-  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    FA_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found));
-    if (found != cudaDriverEntryPointSuccess || fn == nullptr)
-      throw fa::CudaError(cudaErrorNotSupported, "CUDA driver: no cuTensorMapEncodeTiled (TMA needs a CUDA 12 driver)");
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-  }();
-  const cuuint64_t elem = cuuint64_t(fa::dtype_bytes(dtype));
-  const cuuint64_t dims[3] = {cuuint64_t(d), cuuint64_t(rows), cuuint64_t(slices)};
-  if (row_pitch == 0) row_pitch = d, slice_pitch = rows * d;
-  const cuuint64_t strides[2] = {cuuint64_t(row_pitch) * elem, cuuint64_t(slice_pitch) * elem};  // bytes, dims 1, 2
-  const cuuint32_t box[3] = {cuuint32_t(v12::kBoxCols), cuuint32_t(box_rows), 1};
-  const cuuint32_t step[3] = {1, 1, 1};
-  CUtensorMap map;
-  const CUresult r = encode(&map, dtype == fa::DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-                            3, const_cast<void*>(base), dims, strides, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS)
-    throw fa::CudaError(cudaErrorInvalidValue, "cuTensorMapEncodeTiled refused a tensor map (CUresult " + std::to_string(int(r)) + ")");
-  return map;
-}
-
 // v14's split of the keys (kernels/v14_split_kv.cuh). A block is (batch, kv head, tile of 16
 // packed rows, key range); without a split there are units = B H_kv row_tiles of them, too few to
 // fill the GPU when the batch is small (B = 8, H_kv = 8: 64 blocks on 132 SMs). The split count s
@@ -528,8 +496,8 @@ void tc_forward(const fa::AttnProblem& p, fa::DType dtype, const void* Q, const 
       // p.d wide (v13: columns past p.d of a box arrive as zeros). A packed batch (v13): rows are
       // tokens, slices heads.
       const auto map = [&](const void* X, int64_t rows, int64_t slices, int64_t box, int64_t total, int64_t heads) {
-        return packed.any() ? tensor_map_3d(X, dtype, p.d, total, heads, int(box), heads * p.d, p.d)
-                            : tensor_map_3d(X, dtype, p.d, rows, slices, int(box));
+        return packed.any() ? fa::tensor_map_3d(X, dtype, p.d, total, heads, int(box), heads * p.d, p.d)
+                            : fa::tensor_map_3d(X, dtype, p.d, rows, slices, int(box));
       };
       const CUtensorMap tm_q = map(Q, p.N_q, p.B * p.H, pl.Br, packed.total_q, p.H);
       const CUtensorMap tm_k = map(K, p.N_k, p.B * p.H_kv, pl.Bc, packed.total_k, p.H_kv);

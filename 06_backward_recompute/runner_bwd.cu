@@ -19,6 +19,7 @@
 #include "gpu.hpp"
 #include "pad_columns.hpp"
 #include "runner_bwd.hpp"
+#include "tensor_map.hpp"
 
 namespace fa06 {
 namespace {
@@ -151,7 +152,7 @@ std::pair<std::string, std::string> choose(int64_t d, fa::DType dtype, int64_t s
   }
   if (v4_runs_on(sm) && v4_smem(D) <= smem_limit)
     return {"gpu_v4", "gpu_v4, two warpgroups sharing 64 keys, each half the head dims, the fastest measured" + at +
-                          " (H200, compare_torch: 1.07-1.14x gpu_v3)"};
+                          " (H200, compare_torch: 1.14-1.25x gpu_v3)"};
   return {"gpu_v3", "gpu_v3, 64 keys a block" + at + " (gpu_v4 needs sm_90 and sm_90a code)"};
 }
 
@@ -375,7 +376,8 @@ void run_tensor_cores(const BwdPlan& pl, bool det, const fa::AttnProblem& p, int
   // The turns: one per (b, h, query block), then the counter that numbers the blocks as they start.
   fa::DeviceBuffer<int> turn(det ? p.B * p.H * ceil_div(p.N_q, bwd_v2::Br) + 1 : 0, fa::Mem::Extra, stream);
   if (det) FA_CUDA_CHECK(cudaMemsetAsync(turn.get(), 0, size_t(turn.bytes()), stream));
-  // gpu_v3 also takes the packed batch's offsets (extra: a fa05::Packed).
+  // gpu_v3 also takes the packed batch's offsets (extra: a fa05::Packed), gpu_v4 at d > 128 two
+  // tensor maps.
   auto launch = [&](auto* kernel_fn, auto... extra) {
     set_smem(kernel_fn, pl.smem_dkdv);
     kernel_fn<<<unsigned(pl.blocks_dkdv), unsigned(pl.threads), size_t(pl.smem_dkdv), stream>>>(
@@ -387,8 +389,14 @@ void run_tensor_cores(const BwdPlan& pl, bool det, const fa::AttnProblem& p, int
     constexpr int Dh = decltype(dh)::value;
     if (is_v4(pl.runs)) {
       if constexpr (Dh == 128) return det ? launch(bwd_v4::dk_dv_dq_kernel<T, 128, true>) : launch(bwd_v4::dk_dv_dq_kernel<T, 128, false>);
-      if constexpr (Dh == 192 || Dh == 256)
-        return det ? launch(bwd_v4_wide::dk_dv_dq_kernel<T, Dh, true>) : launch(bwd_v4_wide::dk_dv_dq_kernel<T, Dh, false>);
+      if constexpr (Dh == 192 || Dh == 256) {
+        // Q and dO as (B H, N_q, d) for the copy engine, boxes of 64 columns x Br rows.
+        const fa::DType dt = std::is_same_v<T, __nv_bfloat16> ? fa::DType::bf16 : fa::DType::fp16;
+        const CUtensorMap tm_q = fa::tensor_map_3d(q, dt, p.d, p.N_q, p.B * p.H, int(bwd_v2::Br));
+        const CUtensorMap tm_do = fa::tensor_map_3d(g, dt, p.d, p.N_q, p.B * p.H, int(bwd_v2::Br));
+        return det ? launch(bwd_v4_wide::dk_dv_dq_kernel<T, Dh, true>, tm_q, tm_do)
+                   : launch(bwd_v4_wide::dk_dv_dq_kernel<T, Dh, false>, tm_q, tm_do);
+      }
     } else if (is_v3(pl.runs)) {
       // A packed batch: the kernel compiled for one (never deterministic: backward_plan()).
       if constexpr (Dh >= 128)  // one stage: compiled where two may not fit (an A100's 163 KiB)

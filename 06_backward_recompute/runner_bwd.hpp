@@ -69,7 +69,7 @@ int64_t smem_optin_bytes(int sm = 0);
 //   d <= 128             gpu_v4 on sm_90 with sm_90a code (measured: 1.12-1.22x gpu_v3), else
 //                        gpu_v3 where its 173 KiB of shared memory fit (measured: 1.06-1.09x
 //                        gpu_v2), else gpu_v2 (an A100's 163 KiB; a guess, nothing measured there)
-//   d <= 256             gpu_v4 on sm_90 with sm_90a code (bwd_v4_wide.cuh; measured: 1.07-1.14x
+//   d <= 256             gpu_v4 on sm_90 with sm_90a code (bwd_v4_wide.cuh; measured: 1.14-1.25x
 //                        gpu_v3, 2026-12-03), else gpu_v3, 64 keys a block
 // sm: compute capability (0 = the current device's, none: a Hopper assumed); smem_limit: bytes a
 // block may opt in to (0: smem_optin_bytes(sm)).

@@ -34,15 +34,20 @@
 //   dS^T = P^T (dP^T - D_i), to shared memory;  barrier
 //   dK_j += dS^T Q_i     (its dims)
 //   dQ_i += dS K_j       (its dims; A = dS^T read transposed, B = K_j MN-major)
-// The next step's copies are issued after this step's first products, not before them as v4
-// does: at D = 256 they are 32 cp.async a thread with their addresses, which would otherwise
-// delay S^T. Each wgmma's descriptor is its tile's plus a byte offset (the start address field
-// is the low bits: smem_desc_sw128), computed once a step instead of once a wgmma.
+// Q_i and dO_i come by TMA (the copy engine: stage 05's v12), 2 D / 64 boxes a step issued by one
+// thread onto an mbarrier per buffer, where v4's 256 threads issue 16-byte cp.async: at D = 256
+// those were 32 copies a thread a step with their address arithmetic, and ncu put 13 % of the
+// warps' stalls on the queue of global memory instructions (run 3 in the lab notebook). The next
+// step's copies are issued after this step's first products, not before them as in v4. Each
+// wgmma's descriptor is its tile's plus a byte offset (the start address field is the low bits:
+// smem_desc_sw128), computed once a step instead of once a wgmma.
 // Layout, dQacc, the deterministic variant, the window and the softcap as v4; T = __half or
 // __nv_bfloat16, sm_90a only. The tiles are addressed from the shared-memory array itself (an
 // offset added to it, not a pointer rounded through an integer), so the compiler keeps their
 // stores and loads shared (STS, LDS) where v4's are generic (issue 38's ncu).
 #pragma once
+#include <cuda.h>  // CUtensorMap (a type only: the maps are made through the runtime, common/cuda/tensor_map.hpp)
+
 #include <cstdint>
 
 #include "bwd_v4_wgmma.cuh"
@@ -57,12 +62,13 @@ using fa05::v7::swz;
 constexpr int kWarpgroups = 2, kThreads = 128 * kWarpgroups, Bc = 64;
 
 // K_j, V_j (Bc x D), two each of Q_i, dO_i (Br x D), P^T and dS^T (Bc x Br), all 16-bit in the
-// 128-byte swizzle, LSE_i and D_i (2 x Br floats each), and 1024 bytes of slack to align the
-// swizzled tiles: 210 KiB at D = 256, 162 KiB at D = 192. Every tile has 64 rows, so a slab (64
-// columns) is 64 x 64 elements and dim c of row r sits at swz<64>(r, c / 8) + c % 8.
+// 128-byte swizzle, LSE_i and D_i (2 x Br floats each), two mbarriers, and 1024 bytes of slack to
+// align the swizzled tiles: 210 KiB at D = 256, 162 KiB at D = 192. Every tile has 64 rows, so a
+// slab (64 columns) is 64 x 64 elements and dim c of row r sits at swz<64>(r, c / 8) + c % 8, the
+// layout a TMA box of 64 x 64 with the 128-byte swizzle lands in.
 template <int D>
 constexpr int smem_bytes() {
-  return 1024 + (2 * Bc * D + 4 * Br * D + 2 * Bc * Br) * 2 + 4 * Br * 4;
+  return 1024 + (2 * Bc * D + 4 * Br * D + 2 * Bc * Br) * 2 + 4 * Br * 4 + 2 * 8;
 }
 
 // A descriptor moved by `elems` 16-bit elements: the start address field counts 16-byte units
@@ -95,12 +101,15 @@ __device__ __forceinline__ void mul_dims(float (&acc)[D / 16][4], uint64_t desc_
 }
 
 // One thread block per (b, kv head hk, key block j) of Bc = 64 keys. Tc key blocks per head.
+// tm_q, tm_do: TMA maps of Q and dO as (B H, N_q, D) tensors, boxes of 64 x 64 (rows past N_q
+// read as zeros), made by runner_bwd.cu.
 template <class T, int D, bool kDeterministic>
 __global__ void __launch_bounds__(kThreads, 1)
 dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                 const T* __restrict__ dO, const float* __restrict__ LSE, const float* __restrict__ Dv,
                 T* __restrict__ dK, T* __restrict__ dV, float* __restrict__ dQacc, int* __restrict__ dq_turn,
-                const fa::AttnProblem p, const float scale, const int64_t Tc) {
+                const fa::AttnProblem p, const float scale, const int64_t Tc, const __grid_constant__ CUtensorMap tm_q,
+                const __grid_constant__ CUtensorMap tm_do) {
   static_assert(D == 192 || D == 256, "the widths where a warpgroup cannot hold all of its keys' dims");
   extern __shared__ __align__(16) unsigned char sram[];
   // 1024-aligned for the swizzle: an offset into sram, so the pointers stay in the shared window.
@@ -113,6 +122,7 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
   T* dSt = Pt + Bc * Br;                                // (Bc x Br): dS^T of the step
   float* Ls = reinterpret_cast<float*>(dSt + Bc * Br);  // (2, Br): LSE_i
   float* Ds = Ls + 2 * Br;                              // (2, Br): D_i
+  uint64_t* full = reinterpret_cast<uint64_t*>(Ds + 2 * Br);  // (2): buffer s % 2's Q_i, dO_i have landed
   const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
   const int g = lane / 4, t4 = lane % 4;        // fragment coordinates (ptx.cuh)
   const int kw = warp * 16;                     // this warp's 16 keys (rows g, g + 8) in every product with keys as M
@@ -137,11 +147,18 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
   const int64_t blocks_per_head = max(int64_t(0), qb.last - i_first), steps = G * blocks_per_head;
   auto step_head = [&](int64_t s) { return hk * G + s / blocks_per_head; };
   auto step_row0 = [&](int64_t s) { return (i_first + s % blocks_per_head) * Br; };
+  // Step s's tiles into buffer s % 2: Q_i and dO_i by thread 0 (D / 64 boxes each, counted on
+  // full[s % 2]), LSE_i and D_i by cp.async (threads 0 .. Br - 1).
   auto load_step = [&](int64_t s) {
     const int64_t h = step_head(s), r0 = step_row0(s);
     const int br = int(min(int64_t(Br), p.N_q - r0)), buf = int(s % 2);
-    copy_tile_swizzled<D, Br, kThreads>(Qs + buf * Br * D, Q + p.q_offset(b, h, r0), br);
-    copy_tile_swizzled<D, Br, kThreads>(dOs + buf * Br * D, dO + p.q_offset(b, h, r0), br);
+    if (threadIdx.x == 0) {
+      ptx::mbar_arrive_expect_tx(&full[buf], uint32_t(2 * Br * D * sizeof(T)));
+      for (int x = 0; x < D; x += 64) {
+        ptx::tma_load_3d(Qs + buf * Br * D + x * Br, &tm_q, x, int(r0), int(b * p.H + h), &full[buf]);
+        ptx::tma_load_3d(dOs + buf * Br * D + x * Br, &tm_do, x, int(r0), int(b * p.H + h), &full[buf]);
+      }
+    }
     for (int r = threadIdx.x; r < Br; r += kThreads) {
       const int64_t a = p.lse_offset(b, h, r0 + min(r, br - 1));
       ptx::cp_async_4(Ls + buf * Br + r, LSE + a, r < br);
@@ -149,6 +166,11 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
     }
   };
 
+  if (threadIdx.x == 0) {
+    ptx::mbar_init(&full[0], 1), ptx::mbar_init(&full[1], 1);
+    ptx::mbar_init_fence();  // the copy engine sees them initialised too
+  }
+  __syncthreads();
   copy_tile_swizzled<D, Bc, kThreads>(Ks, K + p.kv_offset(b, hk * G, c0), bc);
   copy_tile_swizzled<D, Bc, kThreads>(Vs, V + p.kv_offset(b, hk * G, c0), bc);
   if (steps > 0) load_step(0);
@@ -158,9 +180,11 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
   float dk[kDims / 8][4] = {}, dv[kDims / 8][4] = {};
 
   for (int64_t s = 0; s < steps; ++s) {  // line 8
-    // Step s's tiles are in and visible to the tensor cores; every warpgroup is done with step
-    // s - 1's products, so the other buffers, P^T and dS^T can be refilled.
+    // Step s's tiles are in (Q_i, dO_i: the u-th use of buffer s % 2, u = s / 2, completes phase
+    // u, parity u % 2) and visible to the tensor cores; every warpgroup is done with step s - 1's
+    // products, so the other buffers, P^T and dS^T can be refilled.
     ptx::cp_async_wait<0>();
+    ptx::mbar_wait(&full[s % 2], uint32_t(s / 2 % 2));
     ptx::fence_proxy_async();
     __syncthreads();
     const int64_t h = step_head(s), r0 = step_row0(s);
