@@ -17,6 +17,9 @@ drawn from the structure of the code it explains; the numbers in them are the co
   diagram_varlen_tiles.png             stage 05 v13's packed batch: the token axis split at
                                        cu_seqlens, the tiles sequence by sequence (empty ones lead
                                        a short sequence's range), the producers' claims and jumps
+  diagram_bwd_v4_wide.png              stage 06's gpu_v4: who owns what in its two warpgroups at
+                                       d = 128 (each its 64 keys) and at d = 192 / 256 (the keys
+                                       shared; S^T, dP^T split by queries, dK, dV, dQ by head dims)
 
 Timelines (v3, v12, varlen) use schematic durations: the order of the steps and every wait follow the
 kernels; the lengths do not come from a measurement.
@@ -1239,6 +1242,164 @@ def varlen_tiles(out):
     save(fig, out, "diagram_varlen_tiles.png")
 
 
+# ---- 12. stage 06: gpu_v4's two warpgroups at d = 128 and at d = 192 / 256 --------------------
+def v4_wide_dims(D, wg):
+    """bwd_v4_wide.cuh's Dims<D>: warpgroup wg's head dims as (first dim, width) pieces, in the order
+    of the dims (the kernel puts the 64-wide piece first in its accumulator)."""
+    dim0 = 128 if (D == 192 and wg == 1) else wg * D // 2  # the 64-wide piece
+    dim1 = 96 if (D == 192 and wg == 1) else wg * D // 2 + 64  # the other, D / 2 - 64 wide
+    pieces = sorted([(dim0, 64), (dim1, D // 2 - 64)])
+    for first, width in pieces:  # a wgmma's N columns of an MN-major operand stay in one atom
+        assert first // 64 == (first + width - 1) // 64
+    return pieces
+
+
+def bwd_v4_wide(out):
+    Br, threads_wg = 64, 128        # bwd_v2::Br; 128 threads a warpgroup
+    Bc128, Bc_wide = 128, 64        # bwd_v4::Bc = 64 kWarpgroups; bwd_v4_wide::Bc
+    regs128 = 2 * (Bc128 // 2) * 128 // threads_wg  # dk + dv: its 64 keys x all 128 dims, two of them
+    regs_wide = {D: 2 * Bc_wide * (D // 2) // threads_wg for D in (192, 256)}
+    assert regs128 == 128 and regs_wide == {192: 96, 256: 128}
+    for D in (192, 256):
+        assert sum(w for wg in (0, 1) for _, w in v4_wide_dims(D, wg)) == D
+
+    fig, ax = canvas(6.3, (0, 18), (0, 12.6), "gpu_v4's two warpgroups: who owns what, at D = 128 and at "
+                     "D = 192 / 256")
+    u = 1.4 / 64  # one element (row or column) of a tile
+    reg_fc = [tint(WARP_C[w], 0.35) for w in (0, 1)]
+    smem_fc = [tint(WARP_C[w], 0.8) for w in (0, 1)]
+
+    def part(x, y_top, w, h, wg, smem=False, text=None, fs=8):
+        """One warpgroup's part of a tile: solid = its accumulator registers, hatched = shared
+        memory it writes (both warpgroups read it)."""
+        y = y_top - h
+        if smem:
+            ax.add_patch(Rectangle((x, y), w, h, facecolor=smem_fc[wg], edgecolor=WARP_C[wg], lw=0, hatch="///"))
+        else:
+            ax.add_patch(Rectangle((x, y), w, h, facecolor=reg_fc[wg], edgecolor="none"))
+        if text:  # on a plain patch of its colour, over the hatching and the atoms' lines
+            ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=fs, color=INK,
+                    bbox=dict(facecolor=smem_fc[wg] if smem else reg_fc[wg], edgecolor="none", pad=0.6))
+
+    def outline(x, y_top, w, h):
+        ax.add_patch(Rectangle((x, y_top - h), w, h, facecolor="none", edgecolor=INK, lw=1.0))
+
+    def atoms(x, y_top, h, D):  # the 128-byte swizzle's 64-column atoms of the dims
+        for a in range(64, D, 64):
+            ax.plot([x + a * u] * 2, [y_top - h, y_top], color=INK, lw=0.6, ls=(0, (2, 2)))
+
+    def header(x, w, y, name, extent):
+        ax.text(x + w / 2, y, name, ha="center", va="bottom", fontsize=9.5, fontweight="bold")
+        ax.text(x + w / 2, y - 0.08, extent, ha="center", va="top", fontsize=8, color=MUTED)
+
+    top, low = 9.55, 5.75  # the tiles' tops: keys x (queries, dims), and the second row
+
+    # ---- left: bwd_v4_wgmma.cuh, D = 128, Bc = 128: a warpgroup owns its 64 keys ----
+    D = 128
+    xs, xd = 1.0, 2.8  # the queries column (S^T, dS^T) and the dims column (dK_j, dV_j, dQ_i)
+    ax.text(0.3, 11.25, f"D = {D} (bwd_v4_wgmma.cuh): Bc = {Bc128} keys", fontsize=11, fontweight="bold",
+            va="center")
+    ax.text(0.3, 10.8, "each warpgroup owns 64 keys of the block", fontsize=9, color=MUTED, va="center")
+    header(xs, Br * u, 10.05, "S^T, dP^T", f"Br = {Br} queries")
+    header(xd, D * u, 10.05, "dK_j, dV_j", f"D = {D} dims")
+    h = Bc128 * u
+    for wg in (0, 1):
+        yt = top - wg * h / 2
+        part(xs, yt, Br * u, h / 2, wg, text=f"WG {wg}\nkeys\n{64 * wg}-{64 * wg + 63}")
+        part(xd, yt, D * u, h / 2, wg, text=f"WG {wg}: keys {64 * wg}-{64 * wg + 63}\nx all {D} dims")
+    outline(xs, top, Br * u, h)
+    outline(xd, top, D * u, h)
+    atoms(xd, top, h, D)
+    ax.text(xs - 0.12, top - h / 2, f"Bc = {Bc128} keys", rotation=90, ha="right", va="center", fontsize=9)
+    ax.text(xd + D * u + 0.25, top - 0.05, "P^T never leaves\nthe registers: S^T's\naccumulator is dV's\n"
+            "A operand, lane\nfor lane", fontsize=8.5, va="top")
+    # Second row: dS^T in shared memory (for dQ_i), dQ_i split by dims.
+    header(xs, Br * u, low + 0.5, "dS^T", "shared mem.")
+    header(xd, D * u, low + 0.5, "dQ_i", f"{Br} queries x {D} dims")
+    for wg in (0, 1):
+        part(xs, low - wg * h / 2, Br * u, h / 2, wg, smem=True,
+             text=f"WG {wg}\nwrites\nkeys\n{64 * wg}-{64 * wg + 63}", fs=7.5)
+        part(xd + 64 * wg * u, low, 64 * u, Br * u, wg, text=f"WG {wg}\ndims\n{64 * wg}-{64 * wg + 63}")
+    outline(xs, low, Br * u, h)
+    outline(xd, low, D * u, Br * u)
+    ax.text(xd, low - Br * u - 0.2, "dQ_i += dS K_j: each warpgroup its 64 dims,\nover all 128 keys: "
+            "it reads both halves\nof dS^T after a barrier", fontsize=8.5, va="top")
+
+    # ---- right: bwd_v4_wide.cuh, D = 192 (drawn) and 256, Bc = 64: both warpgroups share the keys ----
+    D = 192
+    xs, xd = 10.0, 11.8
+    ax.text(9.3, 11.25, f"D = 192 / 256 (bwd_v4_wide.cuh): Bc = {Bc_wide} keys", fontsize=11, fontweight="bold",
+            va="center")
+    ax.text(9.3, 10.8, "both warpgroups share the 64 keys; D = 192 drawn", fontsize=9, color=MUTED, va="center")
+    header(xs, Br * u, 10.05, "S^T, dP^T", f"Br = {Br} queries")
+    header(xd, D * u, 10.05, "dK_j, dV_j", "D dims")
+    h = Bc_wide * u
+    for wg in (0, 1):
+        part(xs + 32 * wg * u, top, 32 * u, h, wg, text=f"WG {wg}")
+        ax.text(xs + (32 * wg + 16) * u, top - h - 0.08, f"{32 * wg}-{32 * wg + 31}", ha="center", va="top",
+                fontsize=7.5, color=MUTED)
+        part(xd + wg * D // 2 * u, top, D // 2 * u, h, wg,
+             text=f"WG {wg}: keys 0-63\nx dims {wg * D // 2}-{(wg + 1) * D // 2 - 1}")
+        for first, width in v4_wide_dims(D, wg):
+            ax.text(xd + (first + width / 2) * u, top - h - 0.08, str(width), ha="center", va="top", fontsize=7.5,
+                    color=MUTED)
+    outline(xs, top, Br * u, h)
+    outline(xd, top, D * u, h)
+    atoms(xd, top, h, D)
+    ax.text(xs - 0.12, top - h / 2, f"Bc = {Bc_wide} keys", rotation=90, ha="right", va="center", fontsize=8)
+    # D = 256: the same split, 64 + 64 a warpgroup.
+    D2, ys, hs = 256, top - h - 0.55, 0.4
+    for wg in (0, 1):
+        part(xd + wg * D2 // 2 * u, ys, D2 // 2 * u, hs, wg,
+             text=f"WG {wg}: dims {wg * D2 // 2}-{(wg + 1) * D2 // 2 - 1}", fs=7.5)
+        for first, width in v4_wide_dims(D2, wg):
+            ax.text(xd + (first + width / 2) * u, ys - hs - 0.08, str(width), ha="center", va="top", fontsize=7.5,
+                    color=MUTED)
+    outline(xd, ys, D2 * u, hs)
+    atoms(xd, ys, hs, D2)
+    ax.text(xd - 0.12, ys - hs / 2, "D = 256:", ha="right", va="center", fontsize=8.5)
+    # Second row: P^T and dS^T in shared memory, dQ_i split by dims as dK_j, dV_j.
+    header(xs, Br * u, low + 0.5, "P^T, dS^T", "shared mem.")
+    header(xd, D * u, low + 0.5, "dQ_i", f"{Br} queries x D dims")
+    for wg in (0, 1):
+        part(xs + 32 * wg * u, low, 32 * u, h, wg, smem=True, text=f"WG\n{wg}", fs=7.5)
+        part(xd + wg * D // 2 * u, low, D // 2 * u, Br * u, wg,
+             text=f"WG {wg}\ndims {wg * D // 2}-{(wg + 1) * D // 2 - 1}")
+    outline(xs, low, Br * u, h)
+    outline(xd, low, D * u, Br * u)
+    atoms(xd, low, Br * u, D)
+    ax.text(9.4, low - h - 0.2, "each WG stores its 32 queries' columns; after a barrier\n"
+            "both read all of it: dV_j += P^T dO_i and dK_j += dS^T Q_i\n"
+            "sum over all 64 queries, dQ_i += dS K_j over all 64 keys", fontsize=8.5, va="top")
+
+    # ---- the register counts, side by side ----
+    yr, hr = 2.6, 1.05
+    box(ax, 0.3, yr - hr, 8.3, hr, fc="#f7f7f7", ec=MUTED, lw=0.8)
+    ax.text(0.45, yr - 0.3, "dK_j + dV_j: 2 x 64 keys x 128 dims / 128 threads", fontsize=9, va="center")
+    ax.text(0.45, yr - 0.7, f"= {regs128} fp32 registers a thread", fontsize=9, va="center", fontweight="bold")
+    box(ax, 9.3, yr - hr, 8.4, hr, fc="#f7f7f7", ec=MUTED, lw=0.8)
+    ax.text(9.45, yr - 0.25, "dK_j + dV_j: 2 x 64 keys x D/2 dims / 128 threads", fontsize=9, va="center")
+    ax.text(9.45, yr - 0.57, f"= {regs_wide[192]} (D = 192), {regs_wide[256]} (D = 256) fp32 registers a thread",
+            fontsize=9, va="center", fontweight="bold")
+    ax.text(9.45, yr - 0.87, "if one WG kept all D dims of its keys: 192 / 256 (a thread has 255)", fontsize=8.5,
+            va="center", color=MUTED)
+
+    # ---- legend ----
+    items = [(reg_fc[0], None, WARP_C[0], "WG 0: warpgroup 0 (threads 0-127)"),
+             (reg_fc[1], None, WARP_C[1], "WG 1: warpgroup 1 (threads 128-255)"),
+             (smem_fc[0], "///", WARP_C[0], "hatched: shared memory, written by that WG, read by both"),
+             (None, None, None, "dashed: a 64-column swizzle atom (no wgmma piece crosses it)")]
+    pos = [(0.3, 1.1), (9.3, 1.1), (0.3, 0.55), (9.3, 0.55)]
+    for (fc, hatch, ec, text), (x, y) in zip(items, pos):
+        if fc is None:
+            ax.plot([x + 0.17, x + 0.17], [y - 0.2, y + 0.2], color=INK, lw=0.6, ls=(0, (2, 2)))
+        else:
+            ax.add_patch(Rectangle((x, y - 0.17), 0.35, 0.34, facecolor=fc, edgecolor=ec, lw=0, hatch=hatch))
+        ax.text(x + 0.5, y, text, va="center", fontsize=8.5)
+    ax.plot([9.0, 9.0], [3.0, 11.5], color=SKIP_C, lw=1.5)
+    save(fig, out, "diagram_bwd_v4_wide.png")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "img"))
@@ -1258,6 +1419,7 @@ def main():
         "diagram_ring_attention.png": ring_attention,
         "diagram_variants_band.png": variants_band,
         "diagram_varlen_tiles.png": varlen_tiles,
+        "diagram_bwd_v4_wide.png": bwd_v4_wide,
     }
     if args.only and args.only not in drawings:
         ap.error(f"--only: expected one of {', '.join(drawings)}, found {args.only}")

@@ -10,7 +10,7 @@
 //   S^T, dP^T: a 4 x 2 grid of 32 x 32 warp tiles;   warpgroup w owns keys 64w .. 64w + 63 in every
 //   dV_j, dK_j: another grid of 32 keys x 64 dims,   product but dQ: S^T, dP^T (64 keys x 64
 //   so P^T went through shared memory               queries), dV_j, dK_j (64 keys x all 128 dims,
-//                                                    128 accumulator registers a thread)
+//                                                    128 accumulator registers a thread for the two)
 //   P^T, dS^T stored, read back by ldmatrix          P^T, dS^T go from the S^T / dP^T accumulators
 //                                                    straight into dV's / dK's A registers (stage
 //                                                    05 v2's P trick); only dS^T is stored, for dQ

@@ -1,11 +1,13 @@
 // Stage 06 on the GPU, v4 at wide heads (D = 192, 256): gpu_v4's wgmma step where a warpgroup
-// cannot own all of its keys' head dims. Read it beside bwd_v4_wgmma.cuh: the task, the loads, the
-// mask, the softmax algebra and the five products are v4's; who owns what changes.
+// cannot own all of its keys' head dims. Read it beside bwd_v4_wgmma.cuh: the task, the mask, the
+// softmax algebra and the five products are v4's; who owns what changes, and Q_i, dO_i come by TMA.
 //
 // Why: in v4 warpgroup w owns 64 keys and all D dims of their dK_j and dV_j, 2 x 64 D / 128 = D
-// accumulator registers a thread: 128 at D = 128, 192 at D = 192 and 256 at D = 256, more than a
-// thread has (255) before S^T, dP^T and the addresses. So at D > 128 (as FlashAttention-3's
-// backward at its widest heads) the two warpgroups share one block of 64 keys and split the rest:
+// accumulator registers a thread for the two: 128 at D = 128, 192 at D = 192 and 256 at D = 256.
+// With S^T and dP^T beside them (32 each) that is 256 at D = 192, more than a thread has (255),
+// before dQ's accumulators and any address. So at D > 128 (as FlashAttention-3's backward at its widest
+// heads) the two warpgroups share one block of 64 keys and split the rest
+// (docs/img/diagram_bwd_v4_wide.png draws both):
 //
 //   v4, D = 128 (Bc = 128)                         here, D = 192 or 256 (Bc = 64)
 //   S^T, dP^T: warpgroup w, its 64 keys x all      warpgroup w: all 64 keys x queries 32w .. 32w + 31
@@ -13,13 +15,14 @@
 //   P^T into dV's A registers, lane for lane       P^T stored to shared memory (16 bits, swizzled),
 //                                                  since dV_j's product needs all 64 queries of it
 //   dV_j, dK_j: its 64 keys x all D dims           all 64 keys x dims w D/2 .. (w + 1) D/2 - 1:
-//                                                  D / 2 registers a thread (96, 128)
+//   (D registers a thread for the two)             D / 2 registers a thread for the two (96, 128)
 //   dQ_i: 64 queries x dims 64 w .. 64 w + 63      64 queries x the same D / 2 dims
 //
 // A step then costs one more barrier (P^T of both warpgroups must be in before dV's product), and
 // a key block does half v4's keys per step, so Q_i and dO_i are read from L2 twice as often. The
 // products whose N is a warpgroup's dims are cut at the 64-element column atoms of the swizzle
-// (at D = 192 warpgroup 1's dims 96 .. 191 are 32 + 64: Dims below), each piece a wgmma of N = 32
+// (at D = 192 warpgroup 0's dims 0 .. 95 are 64 + 32 and warpgroup 1's 96 .. 191 are 32 + 64, the
+// two sharing the slab of dims 64 .. 127: Dims below), each piece a wgmma of N = 32
 // or 64 into its slice of the accumulator (ptx::wgmma_ss_at). The two warpgroups run the same
 // instructions on different addresses: no branch on the warpgroup, so every barrier is reached by
 // all 256 threads at one instruction (compute-sanitizer's synccheck flagged a first version whose
@@ -36,11 +39,22 @@
 //   dQ_i += dS K_j       (its dims; A = dS^T read transposed, B = K_j MN-major)
 // Q_i and dO_i come by TMA (the copy engine: stage 05's v12), 2 D / 64 boxes a step issued by one
 // thread onto an mbarrier per buffer, where v4's 256 threads issue 16-byte cp.async: at D = 256
-// those were 32 copies a thread a step with their address arithmetic, and ncu put 13 % of the
-// warps' stalls on the queue of global memory instructions (run 3 in the lab notebook). The next
-// step's copies are issued after this step's first products, not before them as in v4. Each
-// wgmma's descriptor is its tile's plus a byte offset (the start address field is the low bits:
-// smem_desc_sw128), computed once a step instead of once a wgmma.
+// those were 16 copies a thread a step with their address arithmetic, beside the 32 atomic adds
+// into dQacc, and ncu put 13 % of the warps' stalls on the queue of global memory instructions
+// (run 3 in the lab notebook). The next step's copies (the TMA and LSE_i, D_i's cp.async) are
+// issued after this step's first products, not before them as in v4, so that the tensor cores
+// start on S^T without waiting for their issue. Each wgmma's descriptor is its tile's plus an
+// offset in 16-byte units (the start address field is the low bits: smem_desc_sw128), computed
+// once a step instead of once a wgmma.
+//
+// Names: a "slab" is 64 columns of a tile (64 16-bit elements, one 128-byte row of the swizzle per
+// tile row; a tile of D columns is D / 64 slabs one after the other, v7_wgmma.cuh's swz), the
+// "column atom" of an MN-major wgmma operand is one slab's 8 rows x 64 columns; K-major and
+// MN-major say which of a wgmma operand's two dims is contiguous (ptx.cuh, wgmma_m64nNk16).
+// At D = 192 warpgroup 1's 32-wide piece starts 32 elements (64 bytes) into its slab's rows: the
+// swizzle is applied to the address the hardware computes, so a start inside the 128-byte row is
+// read as the same chunks the copy wrote (as the K-major steps of 16 elements are; the tests at
+// D = 192 check every column).
 // Layout, dQacc, the deterministic variant, the window and the softcap as v4; T = __half or
 // __nv_bfloat16, sm_90a only. The tiles are addressed from the shared-memory array itself (an
 // offset added to it, not a pointer rounded through an integer), so the compiler keeps their
@@ -125,7 +139,7 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
   uint64_t* full = reinterpret_cast<uint64_t*>(Ds + 2 * Br);  // (2): buffer s % 2's Q_i, dO_i have landed
   const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
   const int g = lane / 4, t4 = lane % 4;        // fragment coordinates (ptx.cuh)
-  const int kw = warp * 16;                     // this warp's 16 keys (rows g, g + 8) in every product with keys as M
+  const int kw = warp * 16;                     // this warp's 16 accumulator rows (g, g + 8): keys, or in dQ queries
   const int qw = wg * 32;                       // this warpgroup's 32 queries in S^T, dP^T
   constexpr int kDims = D / 2;                  // this warpgroup's dims in dV_j, dK_j, dQ_i (Dims)
   const Dims<D> dims(wg);
@@ -137,7 +151,7 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
   const uint64_t dKs = desc(Ks), dVs = desc(Vs), dPt = desc(Pt), ddSt = desc(dSt);
   const uint64_t dK0 = desc(Ks + dims.offset(dims.dim0)), dK1 = desc(Ks + dims.offset(dims.dim1));
 
-  // The task, the steps and their loads: as v4.
+  // The task and the steps: as v4.
   const int64_t Tr = (p.N_q + Br - 1) / Br;
   const int64_t t = bwd_v2::task_index<kDeterministic>(dq_turn, p.B * p.H * Tr), G = p.H / p.H_kv;
   const int64_t b = t / (p.H_kv * Tc), hk = t / Tc % p.H_kv, j = t % Tc, c0 = j * Bc;
@@ -181,8 +195,10 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
 
   for (int64_t s = 0; s < steps; ++s) {  // line 8
     // Step s's tiles are in (Q_i, dO_i: the u-th use of buffer s % 2, u = s / 2, completes phase
-    // u, parity u % 2) and visible to the tensor cores; every warpgroup is done with step s - 1's
-    // products, so the other buffers, P^T and dS^T can be refilled.
+    // u, parity u % 2; LSE_i, D_i: this thread's cp.async, then the barrier for everyone's); every
+    // warpgroup is done with step s - 1's products, so the other buffers, P^T and dS^T can be
+    // refilled. The proxy fence is for K_j and V_j (cp.async, read by the tensor cores through the
+    // async proxy) before step 0; TMA's writes need none, and later steps only repeat it.
     ptx::cp_async_wait<0>();
     ptx::mbar_wait(&full[s % 2], uint32_t(s / 2 % 2));
     ptx::fence_proxy_async();
@@ -263,9 +279,10 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
     ptx::fence_proxy_async();
     __syncthreads();  // dS^T of both warpgroups is in
 
-    // dK_j += dS^T Q_i (line 16; scale applied at the write), as dV's; dQ_i += dS K_j (line 15):
-    // A = dS (query x key) read from dS^T [key][query] transposed (kTransA = 1, key step k: rows
-    // 16k of dS^T), B = K_j's rows 16k, MN-major.
+    // dK_j += dS^T Q_i (line 16; scale applied at the write), as dV's: A = dS^T K-major, its k
+    // (queries) along the row, so query step k is 16 k elements in. dQ_i += dS K_j (line 15): A = dS
+    // (query x key) read from dS^T [key][query] transposed (kTransA = 1), its k (keys) down the
+    // rows, so key step k is rows 16k, 16 k x 64 elements in; B = K_j's rows 16k, MN-major.
     const uint64_t dQ0 = desc_at(dQi, dims.offset(dims.dim0)), dQ1 = desc_at(dQi, dims.offset(dims.dim1));
     ptx::wgmma_pin(dk);
     ptx::wgmma_fence();
