@@ -1,0 +1,98 @@
+// FP8 for attention (issue 35), on the host: the e4m3 format Hopper's tensor cores multiply, the
+// scales that fit a tensor into its small range, and the random orthogonal transform that
+// FlashAttention-3 applies to Q and K before quantising them ("incoherent processing"). Used by
+// the FP8 precision model (numerics/fp8_model.hpp, docs/numerics.md "FP8"), which is what a
+// GPU FP8 kernel's results are to be held to.
+//
+//   format  sign  exponent     significand  unit roundoff u   max finite   smallest normal / subnormal
+//   e4m3    1     4 (bias 7)   3+1 bits     2^-4 = 0.0625     448          2^-6 / 2^-9
+//
+// e4m3 here is the "FN" variant of the OCP 8-bit float specification (NVIDIA's __nv_fp8_e4m3,
+// PyTorch's float8_e4m3fn): no infinities; the one NaN pattern per sign is all exponent and
+// significand bits set (0x7F, 0xFF), which is why the largest finite value is 1.75 x 2^8 = 448
+// and not 480. Conversion is round to nearest, ties to even, saturating: a finite value beyond 448
+// becomes +-448, as PTX's cvt.rn.satfinite.e4m3x2.f32 does (without satfinite it would be NaN).
+#pragma once
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "errors.hpp"
+
+namespace fa::fp8 {
+
+constexpr double kE4m3Max = 448.0;          // 0x7E: exponent 15, significand 6
+constexpr double kE4m3MinNormal = 0x1p-6;   // exponent 1
+constexpr double kE4m3MinSubnormal = 0x1p-9;
+constexpr double kE4m3UnitRoundoff = 0x1p-4;  // half the spacing 2^-3 of [1, 2)
+
+// The value of an e4m3 bit pattern (NaN for 0x7F and 0xFF).
+inline double e4m3_value(uint8_t bits) {
+  const int s = bits >> 7, e = (bits >> 3) & 0xF, m = bits & 0x7;
+  if (e == 0xF && m == 0x7) return std::nan("");
+  const double mag = e == 0 ? std::ldexp(m / 8.0, -6) : std::ldexp(1.0 + m / 8.0, e - 7);
+  return s ? -mag : mag;
+}
+
+// x rounded to e4m3 (nearest, ties to even; saturating at +-448; NaN stays NaN), as a double: the
+// quantum at |x| is 2^(E - 3) for 2^E <= |x| < 2^(E + 1), E >= -6, and 2^-9 below 2^-6 (the
+// subnormals), so |x| / quantum is exact and std::nearbyint rounds it to even.
+inline double e4m3_round(double x) {
+  if (std::isnan(x)) return x;
+  if (std::isinf(x)) return std::copysign(kE4m3Max, x);  // satfinite
+  const double a = std::fabs(x);
+  if (a == 0) return x;
+  int E = std::ilogb(a);  // floor(log2 a) for finite a > 0
+  if (E < -6) E = -6;     // subnormal: the quantum of the lowest binade
+  const double quantum = std::ldexp(1.0, E - 3);
+  double q = std::nearbyint(a / quantum) * quantum;  // may carry into the next binade: representable
+  if (q > kE4m3Max) q = kE4m3Max;                     // satfinite
+  return std::copysign(q, x);
+}
+
+// The e4m3 bit pattern of x (as e4m3_round rounds it). Throws InputError for NaN (no caller needs
+// one: a NaN input is refused before quantisation).
+inline uint8_t e4m3_bits(double x) {
+  if (std::isnan(x)) throw InputError("fp8", "a number to encode", "NaN");
+  const double q = e4m3_round(x);
+  const uint8_t s = std::signbit(q) ? 0x80 : 0;
+  const double a = std::fabs(q);
+  if (a == 0) return s;
+  if (a < kE4m3MinNormal) return uint8_t(s | uint8_t(a / kE4m3MinSubnormal));  // m of the subnormal
+  const int E = std::ilogb(a);
+  const int m = int(std::ldexp(a, -E) * 8.0) - 8;  // (a / 2^E - 1) * 8, exact
+  return uint8_t(s | uint8_t((E + 7) << 3) | uint8_t(m));
+}
+
+// The scale that maps a tensor (or a block of one) whose largest |x| is amax onto e4m3's range:
+// x is stored as e4m3(x / scale) and read back as e4m3(x / scale) * scale. amax / 448 puts the
+// largest element at the largest finite value (FlashAttention-3's per-block scales, Sec. 3.3).
+// An all-zero block gets scale 1.
+inline double e4m3_scale(double amax) { return amax > 0 ? amax / kE4m3Max : 1.0; }
+
+// The fast Walsh-Hadamard transform of x (length n, a power of two), normalised by 1/sqrt(n): the
+// orthonormal, symmetric H_n, so H_n H_n = I. O(n log n).
+inline void hadamard_inplace(double* x, int64_t n) {
+  if (n <= 0 || (n & (n - 1)) != 0) throw InputError("--head-dim", "a power of two for the Hadamard transform", std::to_string(n));
+  for (int64_t h = 1; h < n; h *= 2)
+    for (int64_t i = 0; i < n; i += 2 * h)
+      for (int64_t j = i; j < i + h; ++j) {
+        const double a = x[j], b = x[j + h];
+        x[j] = a + b, x[j + h] = a - b;
+      }
+  const double r = 1.0 / std::sqrt(double(n));
+  for (int64_t i = 0; i < n; ++i) x[i] *= r;
+}
+
+// Incoherent processing (FlashAttention-3, Sec. 3.3): a row q (or k) of length d becomes
+// H_d diag(signs) q. The same signs (+-1, one per head dim) for Q and K of a head, so that
+// (H D q) . (H D k) = q^T D H^T H D k = q . k in exact arithmetic: S is unchanged, while an
+// outlier in one dim of q is spread over all d dims before quantisation.
+inline void incoherent_inplace(double* row, const std::vector<double>& signs) {
+  const int64_t d = int64_t(signs.size());
+  for (int64_t i = 0; i < d; ++i) row[i] *= signs[size_t(i)];
+  hadamard_inplace(row, d);
+}
+
+}  // namespace fa::fp8
