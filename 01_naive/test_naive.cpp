@@ -259,6 +259,12 @@ TEST_CASE("01_naive program: bad input -> one line on stderr, exit 2, no output 
       {"--seq-q 4 --q " + K + " --k " + K + " --v " + V, "--q"},
       {"--no-such-flag", "no-such-flag"},
       {"--seq-q 4 --out /nonexistent-dir/o.npy", "--out"},
+      // An empty value is refused, not taken as "not given".
+      {"--seq-q 4 --out ''", "--out"},
+      {"--seq-q 4 --lse ''", "--lse"},
+      {"--q '' --k " + K + " --v " + V, "--q"},
+      {"--seq-q 4 --window ''", "--window"},
+      {"--seq-q 4 --softcap ''", "--softcap"},
       {"--heads 4611686018427387904 --seq-q 4 --head-dim 4", "2^40"},
       {"--seq-q 2000000000 --head-dim 2000000000 --heads 1", "2^40"},
       {"--q " + (dir / "forged.npy").string() + " --k " + K + " --v " + V, "bytes"},

@@ -76,6 +76,13 @@ void add_common_flags(CLI::App& app, CliFlags& f, bool backward, bool outputs) {
   }
   app.add_flag("--json", f.json, "print a JSON report instead of text");
   app.add_flag("--no-check", f.no_check, "skip the comparisons with stage 01 and float64");
+  // The flags whose empty value means "not given" in the code above: typed empty (--out ""), they
+  // would be silently ignored, so they are refused at parse time (exit 2, one line naming the flag).
+  const CLI::Validator non_empty(
+      [](std::string& v) { return v.empty() ? std::string("expected a value, found an empty string") : std::string(); }, "NONEMPTY");
+  for (const char* name : {"--q", "--k", "--v", "--out", "--lse", "--do", "--dq", "--dk", "--dv", "--o-in", "--lse-in",
+                           "--cache-lens", "--block-table", "--cu-seqlens-q", "--cu-seqlens-k", "--window", "--softcap"})
+    if (CLI::Option* o = app.get_option_no_throw(name)) o->check(non_empty);
 }
 
 void apply_variants(const CliFlags& f, AttnProblem& p) {
