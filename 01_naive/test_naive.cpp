@@ -325,19 +325,6 @@ TEST_CASE("01_naive program: bad input -> one line on stderr, exit 2, no output 
 // ---- Packed variable-length batches (--cu-seqlens-q/-k, common/varlen.hpp) ----
 
 namespace {
-// An int32 .npy of `shape`, written out byte by byte (the course writes only float32 ones).
-void write_i32(const fs::path& path, const std::vector<int64_t>& shape, const std::vector<int32_t>& x) {
-  std::string dims = "(";
-  for (int64_t e : shape) dims += std::to_string(e) + ",";
-  std::string header = "{'descr': '<i4', 'fortran_order': False, 'shape': " + dims + "), }";
-  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
-  header += '\n';
-  std::ofstream f(path, std::ios::binary);
-  const char pre[10] = {'\x93', 'N', 'U', 'M', 'P', 'Y', 1, 0, char(header.size()), 0};
-  f.write(pre, 10);
-  f << header;
-  f.write(reinterpret_cast<const char*>(x.data()), std::streamsize(x.size() * 4));
-}
 fa::Tensor normal_tensor(std::vector<int64_t> shape, uint64_t seed) {
   fa::Tensor t(std::move(shape));
   fa::Rng(seed).fill_normal(t);
@@ -351,8 +338,8 @@ TEST_CASE("01_naive program: a packed batch from files gives O [total_q,H,d] and
   fs::create_directories(dir);
   // Four sequences: 3 x 5, 0 x 4 (keys only), 7 x 0 (queries only: O = 0, LSE = -inf), 130 x 191.
   const std::vector<int32_t> cu_q = {0, 3, 3, 10, 140}, cu_k = {0, 5, 9, 9, 200};
-  write_i32(dir / "cuq.npy", {5}, cu_q);
-  write_i32(dir / "cuk.npy", {5}, cu_k);
+  fa::write_npy_i32(dir / "cuq.npy", {5}, cu_q, "test");
+  fa::write_npy_i32(dir / "cuk.npy", {5}, cu_k, "test");
   fa::Inputs in;
   in.Q = normal_tensor({140, 4, 16}, 1), in.K = normal_tensor({200, 2, 16}, 2), in.V = normal_tensor({200, 2, 16}, 3);
   for (auto [t, name] : {std::pair{&in.Q, "q"}, {&in.K, "k"}, {&in.V, "v"}})
@@ -406,14 +393,14 @@ TEST_CASE("01_naive program: bad packed-batch input (--cu-seqlens-q/-k) -> one l
   fs::remove_all(dir);
   fs::create_directories(dir);
   const auto f = [&](const char* n) { return (dir / n).string(); };
-  write_i32(dir / "ok_q.npy", {3}, {0, 4, 10});
-  write_i32(dir / "ok_k.npy", {3}, {0, 0, 12});
-  write_i32(dir / "ok4.npy", {4}, {0, 4, 10, 10});
-  write_i32(dir / "first.npy", {3}, {1, 4, 10});
-  write_i32(dir / "down.npy", {3}, {0, 6, 5});
-  write_i32(dir / "one.npy", {1}, {0});
-  write_i32(dir / "empty.npy", {3}, {0, 0, 0});
-  write_i32(dir / "rank2.npy", {1, 3}, {0, 4, 10});
+  fa::write_npy_i32(dir / "ok_q.npy", {3}, {0, 4, 10}, "test");
+  fa::write_npy_i32(dir / "ok_k.npy", {3}, {0, 0, 12}, "test");
+  fa::write_npy_i32(dir / "ok4.npy", {4}, {0, 4, 10, 10}, "test");
+  fa::write_npy_i32(dir / "first.npy", {3}, {1, 4, 10}, "test");
+  fa::write_npy_i32(dir / "down.npy", {3}, {0, 6, 5}, "test");
+  fa::write_npy_i32(dir / "one.npy", {1}, {0}, "test");
+  fa::write_npy_i32(dir / "empty.npy", {3}, {0, 0, 0}, "test");
+  fa::write_npy_i32(dir / "rank2.npy", {1, 3}, {0, 4, 10}, "test");
   fa::write_npy(f("float.npy"), fa::Tensor({3}, 0.f), "float");
   fa::write_npy(f("q.npy"), normal_tensor({10, 2, 8}, 1), "q");   // [total_q = 10, H = 2, d = 8]
   fa::write_npy(f("k.npy"), normal_tensor({12, 1, 8}, 2), "k");   // [total_k = 12, H_kv = 1, d = 8]

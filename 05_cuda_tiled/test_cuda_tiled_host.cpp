@@ -915,22 +915,14 @@ TEST_CASE("05 program: without a GPU, one line and exit code 2; bad flags are na
 TEST_CASE("05 program: bad KV cache input, one line naming the flag and exit code 2, GPU or not") {
   const std::string dir = "test_05_host_cache";
   std::filesystem::create_directories(dir);
-  // int32 .npy files, written out byte by byte (the course writes only float32 ones).
-  const auto i32 = [&](const std::string& name, const std::string& shape, const std::vector<int32_t>& x) {
-    std::string header = "{'descr': '<i4', 'fortran_order': False, 'shape': " + shape + ", }";
-    while ((10 + header.size() + 1) % 64 != 0) header += ' ';
-    header += '\n';
-    std::ofstream f(dir + "/" + name, std::ios::binary);
-    const char pre[10] = {'\x93', 'N', 'U', 'M', 'P', 'Y', 1, 0, char(header.size()), 0};
-    f.write(pre, 10);
-    f << header;
-    f.write(reinterpret_cast<const char*>(x.data()), std::streamsize(x.size() * 4));
+  const auto i32 = [&](const std::string& name, const std::vector<int64_t>& shape, const std::vector<int32_t>& x) {
+    fa::write_npy_i32(dir + "/" + name, shape, x, "test");
     return dir + "/" + name;
   };
-  const std::string lens3 = i32("lens3.npy", "(3,)", {5, 6, 7});
-  const std::string lens_2d = i32("lens_2d.npy", "(2, 1)", {5, 6});
-  const std::string t_rank1 = i32("t_rank1.npy", "(4,)", {0, 1, 2, 3});
-  const std::string t_2x2 = i32("t_2x2.npy", "(2, 2)", {0, 1, 2, -1});  // sequence 1's second page: -1
+  const std::string lens3 = i32("lens3.npy", {3}, {5, 6, 7});
+  const std::string lens_2d = i32("lens_2d.npy", {2, 1}, {5, 6});
+  const std::string t_rank1 = i32("t_rank1.npy", {4}, {0, 1, 2, 3});
+  const std::string t_2x2 = i32("t_2x2.npy", {2, 2}, {0, 1, 2, -1});  // sequence 1's second page: -1
   fa::Tensor f32({2});
   fa::write_npy(dir + "/lens_f32.npy", f32, "test");
   const std::string shape = "--kernel v14 --batch 2 --seq-q 1 --seq-k 32 --head-dim 64";

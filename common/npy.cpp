@@ -129,15 +129,16 @@ std::vector<int32_t> read_npy_i32(const std::string& path, const std::string& ar
 
 namespace {
 
-// Writes x as .npy to `tmp`. Throws InputError (naming `arg` and `path`) on any failure.
-void write_npy_to(const std::string& tmp, const std::string& path, const Tensor& x,
-                  const std::string& arg) {
+// Writes a C-order .npy of `shape` holding n elements of 4 bytes at `data` (descr '<f4' or '<i4')
+// to `tmp`. Throws InputError (naming `arg` and `path`) on any failure.
+void write_npy_raw(const std::string& tmp, const std::string& path, const std::vector<int64_t>& dims,
+                   const char* descr, const void* data, int64_t n, const std::string& arg) {
   std::string shape = "(";
-  for (size_t i = 0; i < x.shape.size(); ++i) shape += std::to_string(x.shape[i]) + ", ";
-  if (x.shape.size() > 1) shape.resize(shape.size() - 2);
-  else if (x.shape.size() == 1) shape.resize(shape.size() - 1);  // "(5,)" for rank 1
+  for (size_t i = 0; i < dims.size(); ++i) shape += std::to_string(dims[i]) + ", ";
+  if (dims.size() > 1) shape.resize(shape.size() - 2);
+  else if (dims.size() == 1) shape.resize(shape.size() - 1);  // "(5,)" for rank 1
   shape += ")";
-  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape + ", }";
+  std::string header = "{'descr': '" + std::string(descr) + "', 'fortran_order': False, 'shape': " + shape + ", }";
   // Pad so magic(6) + version(2) + length(2) + header + '\n' is a multiple of 64 (the spec's rule).
   while ((10 + header.size() + 1) % 64 != 0) header += ' ';
   header += '\n';
@@ -148,9 +149,13 @@ void write_npy_to(const std::string& tmp, const std::string& path, const Tensor&
                                  static_cast<unsigned char>(header.size() >> 8)};
   f.write(reinterpret_cast<const char*>(pre), 10);
   f.write(header.data(), std::streamsize(header.size()));
-  f.write(reinterpret_cast<const char*>(x.data.data()), std::streamsize(x.data.size() * 4));
+  f.write(static_cast<const char*>(data), std::streamsize(n * 4));
   f.close();
   if (!f) throw InputError(arg + " " + path, "a writable path", "a write error");
+}
+
+void write_npy_to(const std::string& tmp, const std::string& path, const Tensor& x, const std::string& arg) {
+  write_npy_raw(tmp, path, x.shape, "<f4", x.data.data(), int64_t(x.data.size()), arg);
 }
 
 }  // namespace
@@ -174,6 +179,25 @@ void write_npy_all(const std::vector<NpyOut>& outs) {
 
 void write_npy(const std::string& path, const Tensor& x, const std::string& arg) {
   write_npy_all({{path, &x, arg}});
+}
+
+void write_npy_i32(const std::string& path, const std::vector<int64_t>& shape, const std::vector<int32_t>& x,
+                   const std::string& arg) {
+  int64_t n = 1;
+  for (int64_t e : shape) n *= e;
+  if (n != int64_t(x.size()))
+    throw InputError(arg + " " + path, std::to_string(n) + " elements (the shape's)", std::to_string(x.size()));
+  const std::string tmp = path + ".tmp" + std::to_string(getpid());
+  try {
+    write_npy_raw(tmp, path, shape, "<i4", x.data(), n, arg);
+  } catch (...) {
+    std::remove(tmp.c_str());
+    throw;
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw InputError(arg + " " + path, "a writable path", "a rename error");
+  }
 }
 
 }  // namespace fa

@@ -34,5 +34,10 @@ struct NpyOut {
 void write_npy_all(const std::vector<NpyOut>& outs);
 // The same for one file.
 void write_npy(const std::string& path, const Tensor& x, const std::string& arg);
+// An int32 C-order .npy ('<i4', as read_npy_i32 reads: offsets, lengths, block tables) of `shape`
+// holding x (its size the shape's product), written through a temporary as above. Throws
+// InputError.
+void write_npy_i32(const std::string& path, const std::vector<int64_t>& shape, const std::vector<int32_t>& x,
+                   const std::string& arg);
 
 }  // namespace fa

@@ -517,19 +517,6 @@ std::pair<int, std::string> run_main(const fa::Stage& st, std::vector<std::strin
   return {rc, out.str()};
 }
 
-// An int32 .npy, written out byte by byte (the course writes only float32 ones).
-void write_i32(const std::string& path, const std::vector<int64_t>& shape, const std::vector<int32_t>& x) {
-  std::string dims = "(";
-  for (int64_t e : shape) dims += std::to_string(e) + ",";
-  std::string header = "{'descr': '<i4', 'fortran_order': False, 'shape': " + dims + "), }";
-  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
-  header += '\n';
-  std::ofstream f(path, std::ios::binary);
-  const char pre[10] = {'\x93', 'N', 'U', 'M', 'P', 'Y', 1, 0, char(header.size()), 0};
-  f.write(pre, 10);
-  f << header;
-  f.write(reinterpret_cast<const char*>(x.data()), std::streamsize(x.size() * 4));
-}
 
 }  // namespace
 
@@ -577,7 +564,7 @@ TEST_CASE("kv cache program: lengths and pages from the flags, checked against r
   }
   SUBCASE("--block-table with generated inputs: pages in the table's shape, N_k its capacity") {
     const std::string table = (dir / "table.npy").string();
-    write_i32(table, {3, 2}, {4, 0, 2, 4, 1, -7});  // sequence 1 shares page 4; sequence 2 reads one page
+    fa::write_npy_i32(table, {3, 2}, {4, 0, 2, 4, 1, -7}, "test");  // sequence 1 shares page 4; sequence 2 reads one page
     const auto [rc, text] = run_main(cache_stage(false), {"--batch", "3", "--heads", "2", "--seq-q", "1", "--head-dim", "8",
                                                           "--page-size", "16", "--block-table", table, "--cache-lens",
                                                           "32,20,16", "--json"});
@@ -590,7 +577,7 @@ TEST_CASE("kv cache program: lengths and pages from the flags, checked against r
   SUBCASE("--block-table with --k/--v files of pages") {
     const std::string table = (dir / "table.npy").string(), q = (dir / "q.npy").string(), k = (dir / "k.npy").string(),
                       v = (dir / "v.npy").string();
-    write_i32(table, {2, 2}, {1, 0, 2, 0});
+    fa::write_npy_i32(table, {2, 2}, {1, 0, 2, 0}, "test");
     fa::write_npy(q, normals({2, 2, 1, 8}, 1), "q");
     const fa::Tensor K = normals({3, 1, 16, 8}, 2), V = normals({3, 1, 16, 8}, 3);
     fa::write_npy(k, K, "k");
@@ -744,8 +731,8 @@ TEST_CASE("varlen program: stage_main runs a packed batch per sequence and repor
   const fs::path dir = fs::temp_directory_path() / "fa_test_varlen_program";
   fs::create_directories(dir);
   const std::string cq = (dir / "cuq.npy").string(), ck = (dir / "cuk.npy").string();
-  write_i32(cq, {4}, {0, 17, 17, 50});
-  write_i32(ck, {4}, {0, 20, 31, 31});
+  fa::write_npy_i32(cq, {4}, {0, 17, 17, 50}, "test");
+  fa::write_npy_i32(ck, {4}, {0, 20, 31, 31}, "test");
   const std::vector<std::string> args = {"--cu-seqlens-q", cq, "--cu-seqlens-k", ck, "--heads", "4", "--kv-heads", "2",
                                          "--head-dim", "16", "--causal", "--json"};
   {
@@ -773,4 +760,18 @@ TEST_CASE("varlen program: stage_main runs a packed batch per sequence and repor
                        "stage 05's v13, take one), found --cu-seqlens-q " + cq + "\n");
   }
   fs::remove_all(dir);
+}
+
+TEST_CASE("npy: write_npy_i32 round-trips through read_npy_i32; a size that is not the shape's is refused") {
+  const std::string path = (fs::temp_directory_path() / "fa_test_i32.npy").string();
+  const std::vector<int32_t> x = {0, -7, 2147483647, -2147483647 - 1, 5, 6};
+  fa::write_npy_i32(path, {2, 3}, x, "test");
+  std::vector<int64_t> shape;
+  CHECK(fa::read_npy_i32(path, "test", shape) == x);
+  CHECK(shape == std::vector<int64_t>{2, 3});
+  fa::write_npy_i32(path, {0}, {}, "test");
+  CHECK(fa::read_npy_i32(path, "test", shape).empty());
+  CHECK(shape == std::vector<int64_t>{0});
+  CHECK_THROWS_AS(fa::write_npy_i32(path, {4}, x, "test"), fa::InputError);
+  fs::remove(path);
 }
