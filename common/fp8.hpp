@@ -51,8 +51,8 @@ inline double e4m3_round(double x) {
   return std::copysign(q, x);
 }
 
-// The e4m3 bit pattern of x (as e4m3_round rounds it). Throws InputError for NaN (no caller needs
-// one: a NaN input is refused before quantisation).
+// The e4m3 bit pattern of x (as e4m3_round rounds it; -0 and negatives that round to 0 give 0x80).
+// Throws InputError for NaN (the storage model refuses non-finite inputs before quantising).
 inline uint8_t e4m3_bits(double x) {
   if (std::isnan(x)) throw InputError("fp8", "a number to encode", "NaN");
   const double q = e4m3_round(x);
@@ -74,7 +74,8 @@ inline double e4m3_scale(double amax) { return amax > 0 ? amax / kE4m3Max : 1.0;
 // The fast Walsh-Hadamard transform of x (length n, a power of two), normalised by 1/sqrt(n): the
 // orthonormal, symmetric H_n, so H_n H_n = I. O(n log n).
 inline void hadamard_inplace(double* x, int64_t n) {
-  if (n <= 0 || (n & (n - 1)) != 0) throw InputError("--head-dim", "a power of two for the Hadamard transform", std::to_string(n));
+  if (n <= 0 || (n & (n - 1)) != 0)
+    throw InputError("d (fp8::hadamard_inplace)", "a power of two for the Hadamard transform", std::to_string(n));
   for (int64_t h = 1; h < n; h *= 2)
     for (int64_t i = 0; i < n; i += 2 * h)
       for (int64_t j = i; j < i + h; ++j) {
@@ -88,9 +89,12 @@ inline void hadamard_inplace(double* x, int64_t n) {
 // Incoherent processing (FlashAttention-3, Sec. 3.3): a row q (or k) of length d becomes
 // H_d diag(signs) q. The same signs (+-1, one per head dim) for Q and K of a head, so that
 // (H D q) . (H D k) = q^T D H^T H D k = q . k in exact arithmetic: S is unchanged, while an
-// outlier in one dim of q is spread over all d dims before quantisation.
+// outlier in one dim of q is spread over all d dims before quantisation. row holds signs.size()
+// elements. Throws InputError if a sign is not +1 or -1 (the transform would not be orthogonal).
 inline void incoherent_inplace(double* row, const std::vector<double>& signs) {
   const int64_t d = int64_t(signs.size());
+  for (double e : signs)
+    if (e != 1.0 && e != -1.0) throw InputError("signs (fp8::incoherent_inplace)", "+1 or -1 each", std::to_string(e));
   for (int64_t i = 0; i < d; ++i) row[i] *= signs[size_t(i)];
   hadamard_inplace(row, d);
 }

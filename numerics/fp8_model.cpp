@@ -54,6 +54,17 @@ void store(fa::TensorD& x, int64_t heads, int64_t rows, int64_t d, const Storage
 
 fa::TensorD storage8_forward(const fa::AttnProblem& p, const fa::TensorD& Q, const fa::TensorD& K,
                              const fa::TensorD& V, const Storage8& s) {
+  if (p.softcap > 0) throw fa::InputError("softcap", "none (the storage model has no softcap)", std::to_string(p.softcap));
+  if (p.token_major) throw fa::InputError("layout", "head-major [B,H,N,d] tensors", "a token-major (packed) problem");
+  if (s.Br < 1 || s.Bc < 1) throw fa::InputError("Storage8::Br/Bc", "at least 1 row a scale block", std::to_string(std::min(s.Br, s.Bc)));
+  if (!(s.p_scale > 0 && s.p_scale <= fa::fp8::kE4m3Max))
+    throw fa::InputError("Storage8::p_scale", "in (0, 448] (P = 1 stays unsaturated)", std::to_string(s.p_scale));
+  for (const fa::TensorD* x : {&Q, &K, &V})
+    for (double e : x->data) {
+      if (!std::isfinite(e)) throw fa::InputError("Q/K/V", "finite values", std::to_string(e));
+      if (s.kind == Storage8::Kind::fp16 && std::fabs(e) > 65504.0)
+        throw fa::InputError("Q/K/V", "values within fp16's range (|x| <= 65504) for fp16 storage", std::to_string(e));
+    }
   fa::TensorD q = Q, k = K, v = V;
   const int64_t d = p.d;
   if (s.incoherent) {  // the same signs for Q and K (one draw per head dim), so S is unchanged

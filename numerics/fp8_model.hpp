@@ -37,9 +37,11 @@ struct Storage8 {
   std::string name() const;   // "fp16", "e4m3 block + incoherent", ...
 };
 
-// O [B,H,N_q,d] of attention (exact arithmetic) on Q [B,H,N_q,d], K, V [B,H_kv,N_k,d] stored as s
-// says; rows that see no key give O = 0. Throws fa::InputError for an incoherent transform at a d
-// that is not a power of two.
+// O [B,H,N_q,d] of attention (exact arithmetic) on Q [B,H,N_q,d], K, V [B,H_kv,N_k,d] (head-major)
+// stored as s says; rows that see no key give O = 0. Throws fa::InputError for: an incoherent
+// transform at a d that is not a power of two; a softcap or a token-major (packed) problem (not
+// modelled); Br or Bc below 1; p_scale not in (0, 448] (P = 1 must stay finite and unsaturated); a
+// non-finite input; with fp16 storage an input beyond fp16's largest finite value (65504).
 fa::TensorD storage8_forward(const fa::AttnProblem& p, const fa::TensorD& Q, const fa::TensorD& K,
                              const fa::TensorD& V, const Storage8& s);
 

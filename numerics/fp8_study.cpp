@@ -5,7 +5,7 @@
 //
 //   build/numerics/numerics_fp8                 B = 1, H = 8, N = 2048, d = 128 and 64 (~1 min, 2 threads)
 //   build/numerics/numerics_fp8 --quick         N = 256 (seconds)
-//   options: --json F (default docs/results/fp8_numerics.json; "-" for none)
+//   options: --json F (default docs/results/fp8_numerics.json, none with --quick; "-" for none)
 //
 // Inputs: "randn" (every element N(0, 1)); "outliers" (N(0, 1) + N(0, 100) Bernoulli(0.001),
 // FlashAttention-3's distribution for Table 3: one element in a thousand with standard deviation
@@ -67,16 +67,18 @@ std::vector<numx::Storage8> storages() {
 int main(int argc, char** argv) {
   try {
     bool quick = false;
-    std::string json_path = "docs/results/fp8_numerics.json";
+    std::string json_path;  // default: docs/results/fp8_numerics.json for the full run, none for --quick
     for (int a = 1; a < argc; ++a) {
       if (!std::strcmp(argv[a], "--quick")) {
         quick = true;
-      } else if (!std::strcmp(argv[a], "--json") && a + 1 < argc) {
+      } else if (!std::strcmp(argv[a], "--json")) {
+        if (a + 1 >= argc) throw fa::InputError("--json", "a file name (or - for none)", "nothing after it");
         json_path = argv[++a];
       } else {
         throw fa::InputError(argv[a], "--quick or --json F", "an unknown argument");
       }
     }
+    if (json_path.empty()) json_path = quick ? "-" : "docs/results/fp8_numerics.json";
     const int64_t N = quick ? 256 : 2048;
     std::vector<In> ins;
     for (int64_t d : {128, 64})
@@ -123,18 +125,24 @@ int main(int argc, char** argv) {
       char date[16];
       const std::time_t t = std::time(nullptr);
       std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&t));
-      std::ofstream(json_path) << nlohmann::json{{"tool", "numerics_fp8"}, {"date", date}, {"quick", quick},
+      std::ofstream out(json_path);
+      out << nlohmann::json{{"tool", "numerics_fp8"}, {"date", date}, {"quick", quick},
                                                  {"note", "storage model: Q, K, V, P stored as named, arithmetic float64; "
                                                           "scales amax/448 per tensor or per block (Q 64 rows, K/V 128 rows, "
                                                           "per head); P scaled by 256 unless named"},
                                                  {"rows", rows}}
                                     .dump(1)
                                << "\n";
+      out.close();
+      if (!out) throw fa::InputError("--json " + json_path, "a writable file", "one that could not be written");
       std::printf("wrote %s\n", json_path.c_str());
     }
     return 0;
   } catch (const fa::InputError& e) {
     std::fprintf(stderr, "numerics_fp8: %s\n", e.what());
     return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "numerics_fp8: error: %s\n", e.what());
+    return 1;
   }
 }

@@ -422,3 +422,47 @@ TEST_CASE("FP8 storage model: exact where the storage is exact, and the ordering
   CHECK(fp16 * 10 < block_inc);
   CHECK(fp16 > 0);
 }
+
+TEST_CASE("FP8 storage model: refuses what it does not model, and inputs it cannot store") {
+  using K = numx::Storage8::Kind;
+  fa::AttnProblem p = fa::make_problem(1, 2, 2, 4, 4, 8, false);
+  fa::TensorD Q({1, 2, 4, 8}, 0.5), Kt({1, 2, 4, 8}, 0.25), V({1, 2, 4, 8}, 1.0);
+  numx::Storage8 s;
+  CHECK_NOTHROW(numx::storage8_forward(p, Q, Kt, V, s));
+  const auto refused = [&](fa::AttnProblem pp, fa::TensorD q, numx::Storage8 ss, const char* mention) {
+    INFO(mention);
+    CHECK_THROWS_WITH_AS(numx::storage8_forward(pp, q, Kt, V, ss), doctest::Contains(mention), fa::InputError);
+  };
+  fa::AttnProblem capped = p;
+  capped.softcap = 5;
+  refused(capped, Q, s, "softcap");
+  fa::AttnProblem packed = p;
+  packed.token_major = true;
+  refused(packed, Q, s, "token-major");
+  numx::Storage8 bad = s;
+  bad.Br = 0;
+  refused(p, Q, bad, "Br/Bc");
+  bad = s, bad.p_scale = 0;
+  refused(p, Q, bad, "p_scale");
+  bad = s, bad.p_scale = 1024;
+  refused(p, Q, bad, "p_scale");
+  fa::TensorD qn = Q;
+  qn.data[3] = std::nan("");
+  refused(p, qn, s, "finite");
+  qn.data[3] = HUGE_VAL;
+  refused(p, qn, s, "finite");
+  fa::TensorD qbig = Q;
+  qbig.data[0] = 7e4;
+  numx::Storage8 f16;
+  f16.kind = K::fp16;
+  refused(p, qbig, f16, "65504");
+  CHECK_NOTHROW(numx::storage8_forward(p, qbig, Kt, V, s));  // e4m3 scales it into range
+  fa::AttnProblem p48 = fa::make_problem(1, 1, 1, 2, 2, 48, false);
+  numx::Storage8 inc;
+  inc.incoherent = true;
+  CHECK_THROWS_AS(numx::storage8_forward(p48, fa::TensorD({1, 1, 2, 48}, 1.0), fa::TensorD({1, 1, 2, 48}, 1.0),
+                                         fa::TensorD({1, 1, 2, 48}, 1.0), inc),
+                  fa::InputError);
+  std::vector<double> row(4, 1.0);
+  CHECK_THROWS_AS(fa::fp8::incoherent_inplace(row.data(), {1, -1, 0.5, 1}), fa::InputError);
+}
