@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "errors.hpp"
+#include "rng.hpp"
 
 namespace fa::fp8 {
 
@@ -97,6 +98,14 @@ inline void incoherent_inplace(double* row, const std::vector<double>& signs) {
     if (e != 1.0 && e != -1.0) throw InputError("signs (fp8::incoherent_inplace)", "+1 or -1 each", std::to_string(e));
   for (int64_t i = 0; i < d; ++i) row[i] *= signs[size_t(i)];
   hadamard_inplace(row, d);
+}
+
+// d random signs (+1 or -1, each with probability 1/2) from seed, for incoherent_inplace.
+inline std::vector<double> random_signs(int64_t d, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<double> signs(static_cast<size_t>(d));
+  for (double& e : signs) e = rng.uniform() < 0.5 ? -1.0 : 1.0;
+  return signs;
 }
 
 }  // namespace fa::fp8

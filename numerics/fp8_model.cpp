@@ -9,7 +9,6 @@
 
 #include "fp8.hpp"
 #include "dtype.hpp"
-#include "rng.hpp"
 
 namespace numx {
 
@@ -28,9 +27,9 @@ double round16(Storage8::Kind k, double x) {
   return fa::round_to(k == Storage8::Kind::fp16 ? fa::DType::fp16 : fa::DType::bf16, x);
 }
 
-// x (heads x rows x d, row-major) stored as s says, in place. e4m3: one scale per block of
-// rows_per_block rows of one head (e4m3_block), or one for the whole tensor (e4m3_tensor).
-void store(fa::TensorD& x, int64_t heads, int64_t rows, int64_t d, const Storage8& s, int64_t rows_per_block) {
+}  // namespace
+
+void store8(fa::TensorD& x, int64_t heads, int64_t rows, int64_t d, const Storage8& s, int64_t rows_per_block) {
   if (!is_e4m3(s)) {
     for (double& e : x.data) e = round16(s.kind, e);
     return;
@@ -50,8 +49,6 @@ void store(fa::TensorD& x, int64_t heads, int64_t rows, int64_t d, const Storage
   }
 }
 
-}  // namespace
-
 fa::TensorD storage8_forward(const fa::AttnProblem& p, const fa::TensorD& Q, const fa::TensorD& K,
                              const fa::TensorD& V, const Storage8& s) {
   if (p.softcap > 0) throw fa::InputError("softcap", "none (the storage model has no softcap)", std::to_string(p.softcap));
@@ -68,15 +65,13 @@ fa::TensorD storage8_forward(const fa::AttnProblem& p, const fa::TensorD& Q, con
   fa::TensorD q = Q, k = K, v = V;
   const int64_t d = p.d;
   if (s.incoherent) {  // the same signs for Q and K (one draw per head dim), so S is unchanged
-    fa::Rng rng(s.seed);
-    std::vector<double> signs(static_cast<size_t>(d));
-    for (double& e : signs) e = rng.uniform() < 0.5 ? -1.0 : 1.0;
+    const std::vector<double> signs = fa::fp8::random_signs(d, s.seed);
     for (int64_t r = 0; r < p.B * p.H * p.N_q; ++r) fa::fp8::incoherent_inplace(q.data.data() + r * d, signs);
     for (int64_t r = 0; r < p.B * p.H_kv * p.N_k; ++r) fa::fp8::incoherent_inplace(k.data.data() + r * d, signs);
   }
-  store(q, p.B * p.H, p.N_q, d, s, s.Br);
-  store(k, p.B * p.H_kv, p.N_k, d, s, s.Bc);
-  store(v, p.B * p.H_kv, p.N_k, d, s, s.Bc);
+  store8(q, p.B * p.H, p.N_q, d, s, s.Br);
+  store8(k, p.B * p.H_kv, p.N_k, d, s, s.Bc);
+  store8(v, p.B * p.H_kv, p.N_k, d, s, s.Bc);
   const auto store_p = [&](double P) {
     return is_e4m3(s) ? fa::fp8::e4m3_round(P * s.p_scale) / s.p_scale : round16(s.kind, P);
   };

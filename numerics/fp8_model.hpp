@@ -45,6 +45,11 @@ struct Storage8 {
 fa::TensorD storage8_forward(const fa::AttnProblem& p, const fa::TensorD& Q, const fa::TensorD& K,
                              const fa::TensorD& V, const Storage8& s);
 
+// One tensor x (heads x rows x d, row-major) stored as s says, in place: fp16/bf16 rounded; e4m3
+// with one scale amax / 448 per block of rows_per_block rows of one head (e4m3_block; a block
+// never spans two heads) or one for the whole tensor (e4m3_tensor). storage8_forward's step.
+void store8(fa::TensorD& x, int64_t heads, int64_t rows, int64_t d, const Storage8& s, int64_t rows_per_block);
+
 // Root mean square of a - b over all elements (FlashAttention-3's "RMSE"; same shapes).
 double rmse(const fa::TensorD& a, const fa::TensorD& b);
 

@@ -74,19 +74,13 @@ std::pair<double, double> q_only(const In& in, bool incoherent) {
   fa::TensorD q = in.Q, k = in.K;
   const int64_t d = in.p.d, rows_q = in.p.B * in.p.H * in.p.N_q, rows_k = in.p.B * in.p.H_kv * in.p.N_k;
   if (incoherent) {
-    fa::Rng rng(1);
-    std::vector<double> signs(static_cast<size_t>(d));
-    for (double& e : signs) e = rng.uniform() < 0.5 ? -1.0 : 1.0;
+    const std::vector<double> signs = fa::fp8::random_signs(d, 1);
     for (int64_t r = 0; r < rows_q; ++r) fa::fp8::incoherent_inplace(q.data.data() + r * d, signs);
     for (int64_t r = 0; r < rows_k; ++r) fa::fp8::incoherent_inplace(k.data.data() + r * d, signs);
   }
   fa::TensorD qs = q;
-  for (int64_t r0 = 0; r0 < rows_q; r0 += 64) {  // blocks of 64 rows (N_q is a multiple of 64 here)
-    double amax = 0;
-    for (int64_t e = r0 * d; e < (r0 + 64) * d; ++e) amax = std::max(amax, std::fabs(qs.data[size_t(e)]));
-    const double sc = fa::fp8::e4m3_scale(amax);
-    for (int64_t e = r0 * d; e < (r0 + 64) * d; ++e) qs.data[size_t(e)] = fa::fp8::e4m3_round(qs.data[size_t(e)] / sc) * sc;
-  }
+  numx::Storage8 block;  // e4m3, a scale per 64 rows of a head
+  numx::store8(qs, in.p.B * in.p.H, in.p.N_q, d, block, block.Br);
   double se = 0;
   const double scale = in.p.resolved_scale();
   for (int64_t b = 0; b < in.p.B; ++b)

@@ -466,3 +466,45 @@ TEST_CASE("FP8 storage model: refuses what it does not model, and inputs it cann
   std::vector<double> row(4, 1.0);
   CHECK_THROWS_AS(fa::fp8::incoherent_inplace(row.data(), {1, -1, 0.5, 1}), fa::InputError);
 }
+
+TEST_CASE("FP8 storage model: one scale per block of rows of one head, or one per tensor") {
+  using K = numx::Storage8::Kind;
+  // 2 heads x 4 rows x 2 dims, blocks of 2 rows. Every row holds (0.0013, -0.001) but row 0 of
+  // head 0, which holds (448, 1). With a scale per block, block (head 0, rows 0-1) has scale 1 and
+  // the three others 0.0013 / 448: there 0.0013 lands on 448 exactly and 0.001 on the grid point
+  // nearest 0.001 / sc, 352 (344.6 rounded; spacing 32 above 256). With one scale for the tensor
+  // (1), every 0.0013 and 0.001 falls among the subnormals.
+  fa::TensorD x({2, 4, 2});
+  for (size_t e = 0; e < x.data.size(); e += 2) x.data[e] = 0.0013, x.data[e + 1] = -0.001;
+  x.data[0] = 448, x.data[1] = 1;
+  const double sc = 0.0013 / 448;
+  numx::Storage8 s;
+  s.kind = K::e4m3_block;
+  fa::TensorD b = x;
+  numx::store8(b, 2, 4, 2, s, 2);
+  CHECK(b.data[0] == 448);
+  CHECK(b.data[1] == 1);
+  CHECK(b.data[2] == fa::fp8::e4m3_round(0.0013));  // head 0, row 1: the 448's block, scale 1
+  CHECK(b.data[3] == fa::fp8::e4m3_round(-0.001));
+  for (size_t e = 4; e < b.data.size(); e += 2) {  // the other blocks, each its own scale
+    INFO("element " << e);
+    CHECK(b.data[e] == doctest::Approx(448 * sc).epsilon(1e-12));
+    CHECK(b.data[e + 1] == doctest::Approx(-352 * sc).epsilon(1e-12));
+  }
+  // 3 rows a head, blocks of 2: head 0's last row is a block of its own, not one with head 1's
+  // first row (which holds the 448 now).
+  fa::TensorD y({2, 3, 2});
+  for (size_t e = 0; e < y.data.size(); e += 2) y.data[e] = 0.0013, y.data[e + 1] = -0.001;
+  y.data[6] = 448, y.data[7] = 1;
+  numx::store8(y, 2, 3, 2, s, 2);
+  CHECK(y.data[4] == doctest::Approx(448 * sc).epsilon(1e-12));
+  CHECK(y.data[5] == doctest::Approx(-352 * sc).epsilon(1e-12));
+  CHECK(y.data[8] == fa::fp8::e4m3_round(0.0013));  // head 1, row 1: the 448's block
+  s.kind = K::e4m3_tensor;
+  fa::TensorD t = x;
+  numx::store8(t, 2, 4, 2, s, 2);
+  for (size_t e = 2; e < t.data.size(); e += 2) {
+    CHECK(t.data[e] == fa::fp8::e4m3_round(0.0013));
+    CHECK(t.data[e + 1] == fa::fp8::e4m3_round(-0.001));
+  }
+}
