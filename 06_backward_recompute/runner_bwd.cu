@@ -43,11 +43,15 @@ bool v4_runs_on(int sm) {
   return kHaveSm90a && (sm <= 0 || sm == 90);
 }
 
-// The native widths gpu_v4 is compiled for: 128 (bwd_v4_wgmma.cuh), 192 and 256 (bwd_v4_wide.cuh,
-// the warpgroups sharing 64 keys and splitting the head dims).
-bool v4_width(int64_t D) { return D == 128 || D == 192 || D == 256; }
+// The native widths gpu_v4 is compiled for: 96 and 128 (bwd_v4_wgmma.cuh), 192 and 256
+// (bwd_v4_wide.cuh, the warpgroups sharing 64 keys and splitting the head dims).
+bool v4_width(int64_t D) { return D == 96 || D == 128 || D == 192 || D == 256; }
+bool v4_wide(int64_t D) { return D > 128; }
 int64_t v4_smem(int64_t D) {
-  return D == 192 ? bwd_v4_wide::smem_bytes<192>() : D == 256 ? bwd_v4_wide::smem_bytes<256>() : bwd_v4::smem_bytes<128>();
+  return D == 192 ? bwd_v4_wide::smem_bytes<192>()
+         : D == 256 ? bwd_v4_wide::smem_bytes<256>()
+         : D == 96  ? bwd_v4::smem_bytes<96>()
+                    : bwd_v4::smem_bytes<128>();
 }
 
 bool is_det(const std::string& k) { return k.size() > 4 && k.compare(k.size() - 4, 4, "_det") == 0; }
@@ -141,6 +145,9 @@ std::pair<std::string, std::string> choose(int64_t d, fa::DType dtype, int64_t s
   const std::string at = " at d = " + std::to_string(D);
   if (D == 32) return {"gpu_v2", "gpu_v2, 32 keys a warp: a guess" + at + " (never measured), d = 64's winner"};
   if (D == 64) return {"gpu_v2", "gpu_v2, 32 keys a warp, the fastest measured" + at + " (H200, bench_06_backward_gpu)"};
+  if (D == 96 && v4_runs_on(sm) && v4_smem(96) <= smem_limit)
+    return {"gpu_v4", "gpu_v4, d = 128's kernel with the dims cut at the slabs, the fastest measured" + at +
+                          " (H200, compare_torch: 1.15-1.25x gpu_v3)"};
   if (D == 96) return {"gpu_v3", "gpu_v3: a guess" + at + " (never measured), as at d = 128 where it beat gpu_v2"};
   if (D == 128) {
     if (v4_runs_on(sm) && bwd_v4::smem_bytes<128>() <= smem_limit)
@@ -237,7 +244,7 @@ BwdPlan backward_plan(const std::string& kernel, const fa::AttnProblem& p, fa::D
       // At the other widths auto's choice between gpu_v2 and gpu_v3 (d = 64: gpu_v2's 32 keys a
       // warp, the faster design there).
       pl.runs = choose(p.d, dtype, smem_limit, sm).first + suffix;
-      why.push_back(kernel + " runs d = 128, 192 and 256 only: ran " + pl.runs + ", auto's choice at d = " + std::to_string(D));
+      why.push_back(kernel + " runs d = 96, 128, 192 and 256 only: ran " + pl.runs + ", auto's choice at d = " + std::to_string(D));
     } else if (!v4_runs_on(sm)) {
       if (sm == 0) sm = fa::gpu_compute_capability();
       pl.runs = "gpu_v3" + suffix;
@@ -284,11 +291,11 @@ BwdPlan backward_plan(const std::string& kernel, const fa::AttnProblem& p, fa::D
     pl.smem_dq = 4 * int64_t(L.pass2_floats());
     pl.workspace_bytes = 4 * q_rows;
   } else if (v4) {
-    pl.Bc = D == 128 ? bwd_v4::Bc : bwd_v4_wide::Bc;
+    pl.Bc = v4_wide(D) ? bwd_v4_wide::Bc : bwd_v4::Bc;
     pl.keys_per_warp = 16;
     pl.Br = bwd_v2::Br;
     pl.stages = 2;
-    pl.threads = D == 128 ? bwd_v4::kThreads : bwd_v4_wide::kThreads;
+    pl.threads = v4_wide(D) ? bwd_v4_wide::kThreads : bwd_v4::kThreads;
     pl.blocks_dkdv = p.B * p.H_kv * ceil_div(p.N_k, pl.Bc);
     pl.smem_dkdv = v4_smem(D);
   } else if (v3) {
@@ -388,7 +395,8 @@ void run_tensor_cores(const BwdPlan& pl, bool det, const fa::AttnProblem& p, int
   with_width(p.d, [&](auto dh) {
     constexpr int Dh = decltype(dh)::value;
     if (is_v4(pl.runs)) {
-      if constexpr (Dh == 128) return det ? launch(bwd_v4::dk_dv_dq_kernel<T, 128, true>) : launch(bwd_v4::dk_dv_dq_kernel<T, 128, false>);
+      if constexpr (Dh == 96 || Dh == 128)
+        return det ? launch(bwd_v4::dk_dv_dq_kernel<T, Dh, true>) : launch(bwd_v4::dk_dv_dq_kernel<T, Dh, false>);
       if constexpr (Dh == 192 || Dh == 256) {
         // Q and dO as (B H, N_q, d) for the copy engine, boxes of 64 columns x Br rows.
         const fa::DType dt = std::is_same_v<T, __nv_bfloat16> ? fa::DType::bf16 : fa::DType::fp16;

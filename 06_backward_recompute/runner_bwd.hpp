@@ -20,10 +20,10 @@
 //               64, 96, 128 (128 keys a block), 192 and 256 (64 keys a block)
 //   gpu_v3_det  the same with dQ in key-block order
 //   gpu_v4      kernels/bwd_v4_wgmma.cuh: gpu_v3's step on Hopper's wgmma, two warpgroups of 64
-//               keys, operands read from shared memory by the tensor cores; bf16/fp16 at d = 128
-//               on sm_90a; at d = 192 and 256 kernels/bwd_v4_wide.cuh, the two warpgroups sharing
-//               64 keys and splitting the head dims (other d: auto's choice of gpu_v2/gpu_v3;
-//               other GPUs or builds: gpu_v3)
+//               keys, operands read from shared memory by the tensor cores; bf16/fp16 at d = 96
+//               and 128 on sm_90a; at d = 192 and 256 kernels/bwd_v4_wide.cuh, the two warpgroups
+//               sharing 64 keys and splitting the head dims (other d: auto's choice of
+//               gpu_v2/gpu_v3; other GPUs or builds: gpu_v3)
 //   gpu_v4_det  the same with dQ in key-block order
 //
 // Head dims (issue 37): the tensor-core kernels are compiled for the native widths 32, 64, 96,
@@ -65,7 +65,8 @@ int64_t smem_optin_bytes(int sm = 0);
 //   fp32                 gpu_v1 (the only float32 backward)
 //   d <= 32 (width 32)   gpu_v2, 32 keys a warp   (a guess: d = 64's winner; never measured at 32)
 //   d <= 64              gpu_v2, 32 keys a warp   (measured: 1.26-1.37x gpu_v3)
-//   d <= 96              gpu_v3                   (a guess: d = 128's order; never measured at 96)
+//   d <= 96              gpu_v4 on sm_90 with sm_90a code (measured: 1.15-1.25x gpu_v3, 2026-12-03),
+//                        else gpu_v3 (a guess: d = 128's order; never measured at 96 off Hopper)
 //   d <= 128             gpu_v4 on sm_90 with sm_90a code (measured: 1.12-1.22x gpu_v3), else
 //                        gpu_v3 where its 173 KiB of shared memory fit (measured: 1.06-1.09x
 //                        gpu_v2), else gpu_v2 (an A100's 163 KiB; a guess, nothing measured there)

@@ -5,11 +5,12 @@
 //     plus what storing values in 16 bits causes)
 //   - ragged sizes around the blocks, N_q != N_k, causal (rows that see no key), GQA: gpu_v1 at
 //     d = 1 .. 256, gpu_v2 and gpu_v3 at d = 64 and 128 (gpu_v2 at each of its block shapes), gpu_v4
-//     at d = 128
+//     at d = 96 and 128
 //   - every native width (32, 64, 96, 128, 192, 256) and padded ones between (40, 59, 80, 111, 160,
 //     224: zero-padded to the next width, runner_bwd.hpp): auto's choice in fp16 and bf16 on
 //     ragged, causal, GQA shapes; gpu_v2 at d = 32 and 96 at each block shape, gpu_v3 at 32, 96,
-//     192 and 256; what an A100 would run (the plan for sm_80: gpu_v3 in one stage from d = 128)
+//     192 and 256, gpu_v4 at 96, 192, 256 and padded to them; what an A100 would run (the plan for
+//     sm_80: gpu_v3 in one stage from d = 128)
 //   - bit-identical gradients run after run for gpu_v1 (no atomics) and the _det variants (dQ
 //     added in key-block order)
 //   - scale != 1/sqrt(d), MQA and B > 1 at the tensor-core head dims
@@ -132,12 +133,12 @@ const int64_t kRaggedSizes[][2] = {{1, 1},     {1, 200},  {17, 17},  {63, 63},  
                                    {127, 129}, {129, 127}, {200, 63}, {63, 200}, {300, 1000}, {1000, 300}};
 
 // gpu_v2 or gpu_v3 (and its _det variant) at d = 64 and 128, at each of its block shapes; gpu_v4
-// at d = 128 (the one it runs).
+// at d = 96 and 128 (bwd_v4_wgmma.cuh's two widths).
 void check_ragged(const std::string& version) {
   if (version == "gpu_v4" && !v4_runs_here()) return;
+  const std::vector<int64_t> dims = version == "gpu_v4" ? std::vector<int64_t>{96, 128} : std::vector<int64_t>{64, 128};
   for (const std::string& k : {version, version + "_det"})
-    for (int64_t d : {64, 128}) {
-      if (version == "gpu_v4" && d != 128) continue;
+    for (int64_t d : dims) {
       std::vector<fa06::BwdShape> shapes = fa06::bwd_shapes(d);
       if (version != "gpu_v2") shapes = {{}};  // one shape, no choice
       for (const fa06::BwdShape& sh : shapes)
@@ -162,7 +163,7 @@ TEST_CASE("06 gpu_v2: ragged N_q != N_k, causal, GQA at d = 64 and 128, every bl
 
 TEST_CASE("06 gpu_v3: ragged N_q != N_k, causal, GQA at d = 64 and 128, fp16 and bf16") { check_ragged("gpu_v3"); }
 
-TEST_CASE("06 gpu_v4: ragged N_q != N_k, causal, GQA at d = 128, fp16 and bf16") { check_ragged("gpu_v4"); }
+TEST_CASE("06 gpu_v4: ragged N_q != N_k, causal, GQA at d = 96 and 128, fp16 and bf16") { check_ragged("gpu_v4"); }
 
 // The battery's cases with another scale, MQA and B > 1 are at d <= 32 (gpu_v1 runs them): the
 // same at d = 64 and 128 for the tensor-core backwards.
@@ -279,10 +280,10 @@ TEST_CASE("06 gpu widths: gpu_v3 at d = 32, 96, 192 and 256, and padded d = 16, 
     for (int64_t d : {32, 96, 192, 256, 16, 150, 200}) check_width(k, d);
 }
 
-TEST_CASE("06 gpu widths: gpu_v4 at d = 192 and 256 (two warpgroups sharing 64 keys), and padded d = 150, 200, 224 (_det: bf16)") {
+TEST_CASE("06 gpu widths: gpu_v4 at d = 96, 192 and 256 (at 192, 256: two warpgroups sharing 64 keys), and padded d = 72, 80, 150, 200, 224 (_det: bf16)") {
   if (!v4_runs_here()) return;
   for (const char* k : {"gpu_v4", "gpu_v4_det"})
-    for (int64_t d : {192, 256, 150, 200, 224}) {
+    for (int64_t d : {96, 192, 256, 72, 80, 150, 200, 224}) {
       CHECK(fa06::backward_plan(k, fa::make_problem(1, 1, 1, 8, 8, d, false), fa::DType::bf16).runs == k);
       check_width(k, d);
     }
@@ -291,10 +292,10 @@ TEST_CASE("06 gpu widths: gpu_v4 at d = 192 and 256 (two warpgroups sharing 64 k
 // One small problem per width and variant, for compute-sanitizer (memcheck, racecheck, synccheck):
 // GQA, ragged N_q != N_k across the 64-key blocks and the 64-row steps, causal and a window with a
 // softcap, two key blocks per kv head so that dQ's additions from two blocks meet.
-TEST_CASE("06 gpu widths: gpu_v4 at d = 192 and 256 on one small problem each (for compute-sanitizer)") {
+TEST_CASE("06 gpu widths: gpu_v4 at d = 96, 192 and 256 on one small problem each (for compute-sanitizer)") {
   if (!v4_runs_here()) return;
   for (const char* k : {"gpu_v4", "gpu_v4_det"})
-    for (int64_t d : {192, 256})
+    for (int64_t d : {96, 192, 256})
       for (int variant = 0; variant < 2; ++variant) {
         fa::AttnProblem p = fa::make_problem(1, 4, 2, 100, 130, d, variant == 0);
         if (variant == 1) p.window_left = 40, p.window_right = 10, p.softcap = 20.f;
@@ -422,8 +423,9 @@ const Window kWindows[] = {{7, 0, true, 0.f},    {100, 37, false, 0.f}, {0, 130,
 
 void check_variant_ragged(const std::string& kernel, fa::DType t, std::vector<int64_t> dims = {64, 128}) {
   const bool v1 = kernel == "gpu_v1";
+  int cases = 0;  // a dims list whose every width is skipped would check nothing: counted below
   for (int64_t d : dims) {
-    if (is_v4(kernel) && d < 128) continue;
+    if (is_v4(kernel) && d < 96) continue;  // gpu_v4 runs 96 and up (at 64: gpu_v2, tested as itself)
     std::vector<fa06::BwdShape> shapes = {{}};
     if (kernel.rfind("gpu_v2", 0) == 0) shapes = fa06::bwd_shapes(d);
     for (const fa06::BwdShape& sh : shapes)
@@ -438,8 +440,10 @@ void check_variant_ragged(const std::string& kernel, fa::DType t, std::vector<in
           CHECK(pl.runs == kernel);
           fa::check_backward_case(stage_06_gpu_backward(kernel, t, sh), c, false, cpu01_forward(t),
                                   v1 ? fa::Storage{t, false} : v2_storage(t));
+          ++cases;
         }
   }
+  CHECK(cases > 0);
 }
 
 // `version` and its _det variant on the ragged shapes, fp16 and bf16 (_det: bf16).
@@ -449,7 +453,7 @@ void check_variant_ragged_tc(const std::string& version) {
     for (fa::DType t : kHalfTypes)
       if (!(is_det(k) && t == fa::DType::fp16)) check_variant_ragged(k, t);
 }
-// gpu_v4 and gpu_v4_det at one of its wide widths (bwd_v4_wide.cuh).
+// gpu_v4 and gpu_v4_det at one of its other widths (96: bwd_v4_wgmma.cuh; 192, 256: bwd_v4_wide.cuh).
 void check_variant_ragged_wide(int64_t d) {
   if (!v4_runs_here()) return;
   for (const std::string k : {"gpu_v4", "gpu_v4_det"})
@@ -495,6 +499,10 @@ TEST_CASE("06 gpu variants: gpu_v3, gpu_v3_det ragged, band edges across the blo
 }
 TEST_CASE("06 gpu variants: gpu_v4, gpu_v4_det ragged, band edges across the blocks, O and LSE from stage 01's forward (CPU)") {
   check_variant_ragged_tc("gpu_v4");
+}
+
+TEST_CASE("06 gpu variants: gpu_v4, gpu_v4_det at d = 96 ragged, band edges across the blocks, O and LSE from stage 01's forward (CPU)") {
+  check_variant_ragged_wide(96);
 }
 
 TEST_CASE("06 gpu variants: gpu_v4, gpu_v4_det at d = 192 ragged, band edges across the blocks, O and LSE from stage 01's forward (CPU)") {

@@ -122,25 +122,32 @@ TEST_CASE("06 gpu plan: gpu_v3 takes 8 warps, 128 keys a block up to d = 128, 64
   CHECK(fa06::backward_plan("gpu_v3", fa::make_problem(1, 2, 2, 100, 100, 32, false), fa::DType::fp32).runs == "gpu_v1");
 }
 
-TEST_CASE("06 gpu plan: gpu_v4 takes 128 keys a block, two warpgroups, swizzled tiles without padding") {
-  for (const char* k : {"gpu_v4", "gpu_v4_det"}) {
-    INFO(k);
-    const fa::AttnProblem p = fa::make_problem(2, 8, 2, 1000, 300, 128, true);
-    const fa06::BwdPlan pl = fa06::backward_plan(k, p, fa::DType::bf16, {}, 90);
-    CHECK(pl.runs == k);
-    CHECK(pl.note.empty());
-    CHECK(pl.Br == 64);
-    CHECK(pl.Bc == 128);
-    CHECK(pl.threads == 256);
-    CHECK(pl.blocks_dkdv == 2 * 2 * 3);
-    // K_j, V_j, 2 x Q_i, 2 x dO_i, dS^T in 16 bits; LSE_i, D_i twice; 1024 bytes to align the swizzle.
-    CHECK(pl.smem_dkdv == (2 * 128 * 128 + 4 * 64 * 128 + 128 * 64) * 2 + 4 * 64 * 4 + 1024);
-    CHECK(pl.smem_dkdv <= 227 * 1024);
-    const int64_t turns = std::string(k) == "gpu_v4_det" ? 4 * (2 * 8 * ((1000 + 63) / 64) + 1) : 0;
-    CHECK(pl.workspace_bytes == 4 * 2 * 8 * 1000 + 4 * p.q_elems() + turns);
-    CHECK_THROWS_WITH_AS(fa06::backward_plan(k, p, fa::DType::bf16, {128, 16}), doctest::Contains("shape (fa06::BwdShape)"),
-                         fa::InputError);
-  }
+TEST_CASE("06 gpu plan: gpu_v4 at d = 96 and 128 takes 128 keys a block, two warpgroups, swizzled tiles 128 columns wide") {
+  for (const char* k : {"gpu_v4", "gpu_v4_det"})
+    for (int64_t D : {96, 128}) {
+      INFO(k << " D = " << D);
+      const fa::AttnProblem p = fa::make_problem(2, 8, 2, 1000, 300, D, true);
+      const fa06::BwdPlan pl = fa06::backward_plan(k, p, fa::DType::bf16, {}, 90);
+      CHECK(pl.runs == k);
+      CHECK(pl.note.empty());
+      CHECK(pl.d_kernel == D);
+      CHECK(pl.Br == 64);
+      CHECK(pl.Bc == 128);
+      CHECK(pl.threads == 256);
+      CHECK(pl.blocks_dkdv == 2 * 2 * 3);
+      // K_j, V_j, 2 x Q_i, 2 x dO_i, dS^T in 16 bits, the first five 128 columns wide at D = 96 too
+      // (two slabs of the swizzle, the second half used); LSE_i, D_i twice; 1024 bytes to align it.
+      CHECK(pl.smem_dkdv == (2 * 128 * 128 + 4 * 64 * 128 + 128 * 64) * 2 + 4 * 64 * 4 + 1024);
+      CHECK(pl.smem_dkdv <= 227 * 1024);
+      const int64_t turns = std::string(k) == "gpu_v4_det" ? 4 * (2 * 8 * ((1000 + 63) / 64) + 1) : 0;
+      CHECK(pl.workspace_bytes == 4 * 2 * 8 * 1000 + 4 * p.q_elems() + turns);
+      CHECK_THROWS_WITH_AS(fa06::backward_plan(k, p, fa::DType::bf16, {128, 16}), doctest::Contains("shape (fa06::BwdShape)"),
+                           fa::InputError);
+    }
+  // Padded: d = 80 (Phi-2's head dim) runs at 96 on gpu_v4 itself.
+  const fa06::BwdPlan pp = fa06::backward_plan("gpu_v4", fa::make_problem(1, 2, 2, 100, 100, 80, false), fa::DType::bf16, {}, 90);
+  CHECK(pp.runs == "gpu_v4");
+  CHECK(pp.d_kernel == 96);
 }
 
 TEST_CASE("06 gpu plan: gpu_v4 at d = 192 and 256 takes 64 keys a block, the warpgroups sharing them (bwd_v4_wide)") {
@@ -178,24 +185,26 @@ TEST_CASE("06 gpu plan: gpu_v4 falls back, and says so: auto's choice at other w
     fa06::BwdPlan pl = fa06::backward_plan(k, p64, fa::DType::bf16, {}, 90);
     CHECK(pl.runs == "gpu_v2" + det);
     CHECK(pl.keys_per_warp == 32);  // gpu_v2's own d = 64 shape
-    CHECK(pl.note.find("d = 128, 192 and 256 only") != std::string::npos);
+    CHECK(pl.note.find("d = 96, 128, 192 and 256 only") != std::string::npos);
     for (auto [d, D] : kWidths) {
-      if (D >= 128) continue;
+      if (D >= 96) continue;
       INFO("d = " << d);
       pl = fa06::backward_plan(k, fa::make_problem(1, 2, 2, 100, 100, d, false), fa::DType::bf16, {}, 90);
       CHECK(pl.runs == fa06::default_backward_kernel(d, fa::DType::bf16, 0, 90) + det);
       CHECK(pl.d_kernel == D);
     }
-    // d = 111 is padded to 128, where gpu_v4 runs itself.
+    // d = 111 is padded to 128, d = 80 to 96, where gpu_v4 runs itself.
     const bool v4_built = fa06::backward_plan("gpu_v4", p128, fa::DType::bf16, {}, 90).runs == "gpu_v4";
-    pl = fa06::backward_plan(k, fa::make_problem(1, 2, 2, 100, 100, 111, false), fa::DType::bf16, {}, 90);
-    CHECK(pl.runs == (v4_built ? k : "gpu_v3" + det));
-    CHECK(pl.d_kernel == 128);
+    for (auto [d, D] : {std::pair<int64_t, int64_t>{111, 128}, {80, 96}}) {
+      pl = fa06::backward_plan(k, fa::make_problem(1, 2, 2, 100, 100, d, false), fa::DType::bf16, {}, 90);
+      CHECK(pl.runs == (v4_built ? k : "gpu_v3" + det));
+      CHECK(pl.d_kernel == D);
+    }
     pl = fa06::backward_plan(k, p128, fa::DType::fp16, {}, 80);
     CHECK(pl.runs == "gpu_v3" + det);
     CHECK(pl.note.find("sm_80") != std::string::npos);
     CHECK(pl.smem_dkdv == fa06::backward_plan("gpu_v3", p128, fa::DType::fp16, {}, 80).smem_dkdv);
-    for (int64_t d : {192, 200, 256}) {  // the wide form falls back the same way off sm_90
+    for (int64_t d : {96, 192, 200, 256}) {  // d = 96 and the wide form fall back the same way off sm_90
       pl = fa06::backward_plan(k, fa::make_problem(1, 2, 2, 100, 100, d, false), fa::DType::bf16, {}, 80);
       CHECK(pl.runs == "gpu_v3" + det);
       CHECK(pl.note.find("sm_80") != std::string::npos);
@@ -218,7 +227,9 @@ TEST_CASE("06 gpu plan: the default backward per head dim and dtype (the benchma
   for (fa::DType t : {fa::DType::fp16, fa::DType::bf16}) {
     CHECK(fa06::default_backward_kernel(32, t, 0, 90) == "gpu_v2");
     CHECK(fa06::default_backward_kernel(64, t, 0, 90) == "gpu_v2");
-    CHECK(fa06::default_backward_kernel(96, t, 0, 90) == "gpu_v3");
+    CHECK(fa06::default_backward_kernel(96, t, 0, 90) == at128);  // gpu_v4 where it runs
+    CHECK(fa06::default_backward_kernel(80, t, 0, 90) == at128);  // d = 96's
+    CHECK(fa06::default_backward_kernel(96, t, 0, 80) == "gpu_v3");
     CHECK(fa06::default_backward_kernel(128, t, 0, 90) == at128);
     CHECK(fa06::default_backward_kernel(192, t, 0, 90) == at128);  // gpu_v4's wide form where gpu_v4 runs
     CHECK(fa06::default_backward_kernel(256, t, 0, 90) == at128);
@@ -255,9 +266,9 @@ TEST_CASE("06 gpu plan: every d from 1 to 256 runs a tensor-core kernel in fp16/
           if (k == "auto") CHECK(pl.note.rfind("auto: ", 0) == 0);
           // auto follows default_backward_kernel (with this GPU's shared memory).
           if (k == "auto") CHECK(pl.runs == fa06::default_backward_kernel(d, t, fa06::smem_optin_bytes(sm), sm));
-          // Above d = 128 gpu_v3 and gpu_v4 are compiled; gpu_v4 runs at 128, 192, 256 on sm_90 only.
+          // Above d = 128 gpu_v3 and gpu_v4 are compiled; gpu_v4 runs at 96, 128, 192, 256 on sm_90 only.
           if (D > 128) CHECK((pl.runs.rfind("gpu_v3", 0) == 0 || pl.runs.rfind("gpu_v4", 0) == 0));
-          if (pl.runs.rfind("gpu_v4", 0) == 0) CHECK(((D == 128 || D == 192 || D == 256) && sm == 90));
+          if (pl.runs.rfind("gpu_v4", 0) == 0) CHECK((D >= 96 && sm == 90));
           // A _det kernel stays deterministic whatever runs.
           if (k.size() > 4 && k.substr(k.size() - 4) == "_det") CHECK(pl.runs.substr(pl.runs.size() - 4) == "_det");
         }

@@ -257,17 +257,27 @@ __device__ __forceinline__ void wgmma_m64nNk16_ss(float (&d)[N / 8][4], uint64_t
 }
 #undef FA05_D4
 // d[kAt .. kAt + N/8) (64 x N, fp32) += A (64 x 16) times B (16 x N), both in shared memory by
-// descriptor, N = 32 or 64, transposes as wgmma_m64n64k16_ss: the SS form writing a slice of a wider
-// accumulator, so that one array can hold a product whose N is cut into pieces (stage 06's gpu_v4
-// at d > 128, kernels/bwd_v4_wide.cuh: a warpgroup's 96 head dims at d = 192 are 64 + 32, each
-// piece starting inside its own 64-element column atom).
+// descriptor, N = 16, 32 or 64, transposes as wgmma_m64n64k16_ss: the SS form writing a slice of a
+// wider accumulator, so that one array can hold a product whose N is cut into pieces (stage 06's
+// gpu_v4 at d = 96 and d > 128, kernels/bwd_v4_wgmma.cuh and bwd_v4_wide.cuh: a warpgroup's 96 head
+// dims at d = 192 are 64 + 32, its 48 of dQ's at d = 96 are 32 + 16, each piece starting inside its
+// own 64-element column atom).
 #define FA05_DA(i) "+f"(d[kAt + i][0]), "+f"(d[kAt + i][1]), "+f"(d[kAt + i][2]), "+f"(d[kAt + i][3])
 template <class T, int N, int kTransA, int kTransB, int kAt, int M>
 __device__ __forceinline__ void wgmma_ss_at(float (&d)[M][4], uint64_t desc_a, uint64_t desc_b) {
-  static_assert((N == 32 || N == 64) && kAt + N / 8 <= M, "a 32- or 64-wide slice inside the accumulator");
+  static_assert((N == 16 || N == 32 || N == 64) && kAt + N / 8 <= M, "a 16-, 32- or 64-wide slice inside the accumulator");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
-  if constexpr (N == 32) {
+  if constexpr (N == 16) {
+    if constexpr (bf16)
+      asm volatile("wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, 1, 1, 1, %10, %11;\n"
+                   : FA05_DA(0), FA05_DA(1)
+                   : "l"(desc_a), "l"(desc_b), "n"(kTransA), "n"(kTransB));
+    else
+      asm volatile("wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, 1, 1, 1, %10, %11;\n"
+                   : FA05_DA(0), FA05_DA(1)
+                   : "l"(desc_a), "l"(desc_b), "n"(kTransA), "n"(kTransB));
+  } else if constexpr (N == 32) {
     if constexpr (bf16)
       asm volatile("wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, 1, 1, 1, %18, %19;\n"
                    : FA05_DA(0), FA05_DA(1), FA05_DA(2), FA05_DA(3)
@@ -288,6 +298,38 @@ __device__ __forceinline__ void wgmma_ss_at(float (&d)[M][4], uint64_t desc_a, u
   }
 #else
   (void)d, (void)desc_a, (void)desc_b;
+  __trap();  // sm_90a only; the runner never launches gpu_v4 elsewhere
+#endif
+}
+// d[kAt .. kAt + N/8) (64 x N, fp32) += A (64 x 16, in registers, as wgmma_m64nNk16) times B (16 x
+// N, shared memory by descriptor), N = 32 or 64: wgmma_m64nNk16 writing a slice of a wider
+// accumulator (stage 06's gpu_v4 at d = 96: dK_j's 96 dims are 64 + 32, one piece a slab).
+template <class T, int N, int kTransB, int kAt, int M>
+__device__ __forceinline__ void wgmma_rs_at(float (&d)[M][4], const uint32_t (&a)[4], uint64_t desc_b) {
+  static_assert((N == 32 || N == 64) && kAt + N / 8 <= M, "a 32- or 64-wide slice inside the accumulator");
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
+  if constexpr (N == 32) {
+    if constexpr (bf16)
+      asm volatile("wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, 1, 1, 1, %21;\n"
+                   : FA05_DA(0), FA05_DA(1), FA05_DA(2), FA05_DA(3)
+                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(kTransB));
+    else
+      asm volatile("wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, 1, 1, 1, %21;\n"
+                   : FA05_DA(0), FA05_DA(1), FA05_DA(2), FA05_DA(3)
+                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(kTransB));
+  } else {
+    if constexpr (bf16)
+      asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, 1, 1, 1, %37;\n"
+                   : FA05_DA(0), FA05_DA(1), FA05_DA(2), FA05_DA(3), FA05_DA(4), FA05_DA(5), FA05_DA(6), FA05_DA(7)
+                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(kTransB));
+    else
+      asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, 1, 1, 1, %37;\n"
+                   : FA05_DA(0), FA05_DA(1), FA05_DA(2), FA05_DA(3), FA05_DA(4), FA05_DA(5), FA05_DA(6), FA05_DA(7)
+                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(kTransB));
+  }
+#else
+  (void)d, (void)a, (void)desc_b;
   __trap();  // sm_90a only; the runner never launches gpu_v4 elsewhere
 #endif
 }

@@ -36,10 +36,20 @@
 // and, after a barrier (dS^T of both warpgroups in shared memory):
 //   dQ_i[:, 64w .. 64w + 63] += dS K_j[:, 64w .. 64w + 63]   (8 wgmma: A = dS, B = K_j, both in smem)
 //
-// Layout, dQacc and the deterministic variant as v2; T = __half or __nv_bfloat16, D = 128 only
+// D = 96 (Phi-3-mini's head dim, and Phi-2's 80 padded to it) runs the same step: a tile is stored
+// D rounded up to 64 columns wide (two slabs, the second half used, as stage 05's v13 stores it),
+// the products over dims take D / 16 steps, and those whose N is the head dims are cut where a slab
+// ends: dV_j, dK_j's 96 dims are 64 + 32, and dQ_i's 48 of a warpgroup 32 + 16 (Dq below), each a
+// wgmma into its slice of the accumulator (ptx::wgmma_rs_at, wgmma_ss_at). 96 registers a thread
+// hold dK_j and dV_j there, where 128 do at D = 128.
+//
+// Layout, dQacc and the deterministic variant as v2; T = __half or __nv_bfloat16, D = 96 or 128
 // (at d = 64, v2's 32-keys-a-warp shape runs), sm_90a only (elsewhere the runner runs v3). The
 // window and the softcap (docs/math.md section 8) as v2's; P^T is packed into dV's A registers
 // before dP^T is done, so the softcap's slope joins P^T there, in the registers dS^T then reads.
+// The tiles are addressed from the shared-memory array itself (an offset added to it, not a
+// pointer rounded through an integer), so the compiler keeps the stores of dS^T and the loads of
+// LSE_i, D_i shared (STS, LDS; issue 38's ncu found them generic).
 #pragma once
 #include <cstdint>
 
@@ -55,31 +65,58 @@ using fa05::v7::swz;
 
 constexpr int kWarpgroups = 2, kThreads = 128 * kWarpgroups, Bc = 64 * kWarpgroups;
 
-// K_j, V_j (Bc x D), two each of Q_i, dO_i (Br x D), dS^T (Bc x Br), all 16-bit in the 128-byte
+// A tile's width in shared memory: D rounded up to the 64-column slab of the 128-byte swizzle.
+FA_HOST_DEVICE constexpr int slab_width(int D) { return (D + 63) / 64 * 64; }
+
+// K_j, V_j (Bc x W), two each of Q_i, dO_i (Br x W), dS^T (Bc x Br), all 16-bit in the 128-byte
 // swizzle (no padding), LSE_i and D_i (2 x Br floats each), and 1024 bytes of slack to align the
-// swizzled tiles: 146 KiB at D = 128. A swizzled tile of R rows x C columns is stored as C / 64
-// slabs, each R rows of 64 elements (128 bytes), one after the other (v7_wgmma.cuh, swz): so dim
-// step k of K_j starts at slab k / 4, 16 (k % 4) elements into each row, and row 64 w at element
-// 64 w x 64 of a slab.
+// swizzled tiles: 146 KiB at D = 96 and 128 (W = 128). A swizzled tile of R rows x W columns is
+// stored as W / 64 slabs, each R rows of 64 elements (128 bytes), one after the other
+// (v7_wgmma.cuh, swz): so dim step k of K_j starts at slab k / 4, 16 (k % 4) elements into each
+// row, and row 64 w at element 64 w x 64 of a slab. At D = 96 the second slab's columns 32 .. 63
+// are never written and never read.
 template <int D>
 constexpr int smem_bytes() {
-  return 1024 + (2 * Bc * D + 4 * Br * D + Bc * Br) * 2 + 4 * Br * 4;
+  constexpr int W = slab_width(D);
+  return 1024 + (2 * Bc * W + 4 * Br * W + Bc * Br) * 2 + 4 * Br * 4;
 }
 
-// dQ_i's 64 x 64 piece of warpgroup wg (rows 16 warp + g (+ 8), dims 64 wg + 8n + 2 t4 (+ 1) in
-// the accumulator layout) added into dQacc by bwd_v2::add_to_dq: atomically or, in the
+// dQ_i's dims of warpgroup wg, D / 2 of them, in pieces that each lie inside one slab (a wgmma's N
+// columns of an MN-major operand must lie in one column atom: bwd_v4_wide.cuh): D = 128: dims 64 wg
+// .. + 63, one piece; D = 96: 32 + 16, dims 0-31 and 32-47 (wg 0), 64-95 and 48-63 (wg 1), so that
+// both warpgroups issue the same two shapes. dq[n] holds dims dim_of(n) .. + 7.
+template <int D>
+struct Dq {
+  static constexpr int kN0 = D == 128 ? 64 : 32, kN1 = D / 2 - kN0;  // the pieces' widths (kN1: 0 or 16)
+  int dim0, dim1;
+  __device__ explicit Dq(int wg) : dim0(64 * wg), dim1(32 + 16 * wg) {}
+  __device__ int dim_of(int n) const { return n < kN0 / 8 ? dim0 + 8 * n : dim1 + 8 * (n - kN0 / 8); }
+};
+
+// dQ_i's 64 x D/2 piece of warpgroup wg (rows 16 warp + g (+ 8), dims Dq::dim_of(n) + 2 t4 (+ 1)
+// in the accumulator layout) added into dQacc by bwd_v2::add_to_dq: atomically or, in the
 // deterministic variant, in key-block order (the caller holds the turn).
-template <bool kDeterministic>
-__device__ __forceinline__ void add_dq_piece(const float (&dq)[8][4], float* dQacc, const fa::AttnProblem& p,
+template <int D, bool kDeterministic>
+__device__ __forceinline__ void add_dq_piece(const float (&dq)[D / 16][4], float* dQacc, const fa::AttnProblem& p,
                                              int64_t b, int64_t h, int64_t r0, int br, int wg) {
   const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
+  const Dq<D> dims(wg);
   for (int r = 0; r < 2; ++r) {
     const int q = warp * 16 + g + r * 8;
     if (q >= br) continue;  // rows past N_q: nothing to add, and no memory there
-    float* out = dQacc + p.q_offset(b, h, r0 + q) + wg * 64 + 2 * t4;
-    for (int n = 0; n < 8; ++n)
-      bwd_v2::add_to_dq<kDeterministic>(reinterpret_cast<float2*>(out + n * 8), make_float2(dq[n][2 * r], dq[n][2 * r + 1]));
+    float* out = dQacc + p.q_offset(b, h, r0 + q) + 2 * t4;
+    for (int n = 0; n < D / 16; ++n)
+      bwd_v2::add_to_dq<kDeterministic>(reinterpret_cast<float2*>(out + dims.dim_of(n)), make_float2(dq[n][2 * r], dq[n][2 * r + 1]));
   }
+}
+
+// acc (64 keys x D dims) += A (in registers: P^T or dS^T, query step k) times B's rows krow .. +
+// 15, B a swizzled tile of Br rows (dO_i, Q_i) read MN-major (the dims are N): a wgmma per slab,
+// 64 wide, and at D = 96 32 wide in the second (dims 64 .. 95: tiles 8 .. 11).
+template <class T, int D>
+__device__ __forceinline__ void mul_dims(float (&acc)[D / 8][4], const uint32_t (&a)[4], const T* tile, int krow) {
+  ptx::wgmma_rs_at<T, 64, /*kTransB*/ 1, 0>(acc, a, ptx::smem_desc_sw128(tile + krow * 64));
+  ptx::wgmma_rs_at<T, D - 64, /*kTransB*/ 1, 8>(acc, a, ptx::smem_desc_sw128(tile + Br * 64 + krow * 64));
 }
 
 // One thread block per (b, kv head hk, key block j) of Bc = 128 keys, as v3. Tc key blocks per head.
@@ -89,14 +126,17 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
                 const T* __restrict__ dO, const float* __restrict__ LSE, const float* __restrict__ Dv,
                 T* __restrict__ dK, T* __restrict__ dV, float* __restrict__ dQacc, int* __restrict__ dq_turn,
                 const fa::AttnProblem p, const float scale, const int64_t Tc) {
-  static_assert(D == 128, "two 64-column slabs per row; dQ's dims split between the two warpgroups");
+  static_assert(D == 96 || D == 128, "two 64-column slabs per row; dQ's dims split between the two warpgroups");
+  constexpr int W = slab_width(D);
   extern __shared__ __align__(16) unsigned char sram[];
-  // 1024-aligned for the swizzle (stage 05 v9 says why).
-  T* Ks = reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(sram) + 1023) / 1024 * 1024);  // (Bc x D), 2 slabs
-  T* Vs = Ks + Bc * D;                                  // (Bc x D), 2 slabs
-  T* Qs = Vs + Bc * D;                                  // (2, Br x D): Q_i of step s in buffer s % 2
-  T* dOs = Qs + 2 * Br * D;                             // (2, Br x D)
-  T* dSt = dOs + 2 * Br * D;                            // (Bc x Br): dS^T of the step, for dQ
+  // 1024-aligned for the swizzle (stage 05 v9 says why): an offset into sram, so the pointers stay
+  // in the shared window.
+  const uint32_t at = uint32_t(__cvta_generic_to_shared(sram));
+  T* Ks = reinterpret_cast<T*>(sram + (1024 - at % 1024) % 1024);  // (Bc x W), 2 slabs
+  T* Vs = Ks + Bc * W;                                  // (Bc x W), 2 slabs
+  T* Qs = Vs + Bc * W;                                  // (2, Br x W): Q_i of step s in buffer s % 2
+  T* dOs = Qs + 2 * Br * W;                             // (2, Br x W)
+  T* dSt = dOs + 2 * Br * W;                            // (Bc x Br): dS^T of the step, for dQ
   float* Ls = reinterpret_cast<float*>(dSt + Bc * Br);  // (2, Br): LSE_i
   float* Ds = Ls + 2 * Br;                              // (2, Br): D_i
   const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
@@ -120,8 +160,8 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
   auto load_step = [&](int64_t s) {
     const int64_t h = step_head(s), r0 = step_row0(s);
     const int br = int(min(int64_t(Br), p.N_q - r0)), buf = int(s % 2);
-    copy_tile_swizzled<D, Br, kThreads>(Qs + buf * Br * D, Q + p.q_offset(b, h, r0), br);
-    copy_tile_swizzled<D, Br, kThreads>(dOs + buf * Br * D, dO + p.q_offset(b, h, r0), br);
+    copy_tile_swizzled<D, Br, kThreads>(Qs + buf * Br * W, Q + p.q_offset(b, h, r0), br);
+    copy_tile_swizzled<D, Br, kThreads>(dOs + buf * Br * W, dO + p.q_offset(b, h, r0), br);
     for (int r = threadIdx.x; r < Br; r += kThreads) {
       const int64_t at = p.lse_offset(b, h, r0 + min(r, br - 1));
       ptx::cp_async_4(Ls + buf * Br + r, LSE + at, r < br);
@@ -133,9 +173,9 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
   copy_tile_swizzled<D, Bc, kThreads>(Vs, V + p.kv_offset(b, hk * G, c0), bc);
   if (steps > 0) load_step(0);
   ptx::cp_async_commit();
-  // dK_j, dV_j (line 7): this warpgroup's 64 keys x 128 dims as two m64n64 accumulators, dk[sl]
-  // for dims 64 sl .. 64 sl + 63 (dk[sl][n][e]: key kw + g + 8 (e / 2), dim 64 sl + 8n + 2 t4 + e % 2).
-  float dk[D / 64][8][4] = {}, dv[D / 64][8][4] = {};
+  // dK_j, dV_j (line 7): this warpgroup's 64 keys x D dims, one n8 tile of the accumulator layout
+  // per 8 dims (dk[n][e]: key kw + g + 8 (e / 2), dim 8n + 2 t4 + e % 2).
+  float dk[D / 8][4] = {}, dv[D / 8][4] = {};
 
   for (int64_t s = 0; s < steps; ++s) {  // line 8
     // Step s's tiles are in (the wait: this thread's copies; the fence: visible to the tensor
@@ -148,14 +188,15 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
     ptx::cp_async_commit();
     const int64_t h = step_head(s), r0 = step_row0(s);
     const int br = int(min(int64_t(Br), p.N_q - r0));
-    const T* Qi = Qs + (s % 2) * Br * D;
-    const T* dOi = dOs + (s % 2) * Br * D;
+    const T* Qi = Qs + (s % 2) * Br * W;
+    const T* dOi = dOs + (s % 2) * Br * W;
     const float* Li = Ls + (s % 2) * Br;
     const float* Di = Ds + (s % 2) * Br;
 
     // S^T = K_j Q_i^T (line 10) and dP^T = V_j dO_i^T (line 13), one group each. A: this
     // warpgroup's 64 rows of K_j (V_j), K-major; B: Q_i (dO_i) [query][dim], K-major as K_j is in
-    // the forward. Dim step k: slab k / 4, 16 k % 4 elements into the 128-byte row.
+    // the forward. Dim step k: slab k / 4, 16 k % 4 elements into the 128-byte row (D / 16 steps: at
+    // D = 96 the second slab's unwritten half is never read).
     float st[8][4] = {}, dpt[8][4] = {};  // st[n][e]: key kw + g + 8 (e / 2), query 8n + 2 t4 + e % 2
     ptx::wgmma_pin(st);
     ptx::wgmma_pin(dpt);
@@ -208,12 +249,10 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
       pa[n / 2][2 * (n % 2)] = ptx::pack2<T>(P[0], P[1]), pa[n / 2][2 * (n % 2) + 1] = ptx::pack2<T>(P[2], P[3]);
       for (int e = 0; e < 4; ++e) st[n][e] = cap ? P[e] * softcap_slope(S[e], 1.f / p.softcap) : P[e];
     }
-    for (int sl = 0; sl < D / 64; ++sl) ptx::wgmma_pin(dv[sl]);
+    ptx::wgmma_pin(dv);
     for (int k = 0; k < Br / 16; ++k) ptx::wgmma_pin(pa[k]);
     ptx::wgmma_fence();
-    for (int k = 0; k < Br / 16; ++k)
-      for (int sl = 0; sl < D / 64; ++sl)
-        ptx::wgmma_m64nNk16<T, /*N*/ 64, /*kTransB*/ 1>(dv[sl], pa[k], desc(dOi + sl * Br * 64 + k * 16 * 64));
+    for (int k = 0; k < Br / 16; ++k) mul_dims<T, D>(dv, pa[k], dOi, 16 * k);
     ptx::wgmma_commit();
     ptx::wgmma_wait<1>();  // dP^T is done; dV's product may still run
     ptx::wgmma_pin(dpt);
@@ -230,25 +269,29 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
     }
     pack(sa, dpt);
     // dK_j += dS^T Q_i (line 16; scale applied at the write), as dV's.
-    for (int sl = 0; sl < D / 64; ++sl) ptx::wgmma_pin(dk[sl]);
+    ptx::wgmma_pin(dk);
     for (int k = 0; k < Br / 16; ++k) ptx::wgmma_pin(sa[k]);
     ptx::wgmma_fence();
-    for (int k = 0; k < Br / 16; ++k)
-      for (int sl = 0; sl < D / 64; ++sl)
-        ptx::wgmma_m64nNk16<T, /*N*/ 64, /*kTransB*/ 1>(dk[sl], sa[k], desc(Qi + sl * Br * 64 + k * 16 * 64));
+    for (int k = 0; k < Br / 16; ++k) mul_dims<T, D>(dk, sa[k], Qi, 16 * k);
     ptx::wgmma_commit();
 
     // dQ_i += dS K_j (line 15) sums over both warpgroups' keys: all of dS^T must be in.
     ptx::fence_proxy_async();
     __syncthreads();
-    // Warpgroup wg: 64 queries x dims 64 wg .. +63, key step k. A = dS (query x key), stored as
+    // Warpgroup wg: 64 queries x its D / 2 dims (Dq), key step k. A = dS (query x key), stored as
     // dS^T [key][query]: its 64 output rows (queries) are contiguous, "MN-major", which wgmma reads
-    // with its transpose flag (kTransA = 1; 16-bit types only). B = K_j with the key as k: MN-major.
-    float dq[8][4] = {};
+    // with its transpose flag (kTransA = 1; 16-bit types only). B = K_j with the key as k: MN-major,
+    // a piece at dim x starting x % 64 elements into slab x / 64's rows.
+    float dq[D / 16][4] = {};
+    const Dq<D> dims(wg);
+    const auto kj_at = [&](int dim, int k) { return desc(Ks + (dim / 64) * Bc * 64 + dim % 64 + k * 16 * 64); };
     ptx::wgmma_pin(dq);
     ptx::wgmma_fence();
-    for (int k = 0; k < Bc / 16; ++k)
-      ptx::wgmma_m64n64k16_ss<T, /*kTransA*/ 1, /*kTransB*/ 1>(dq, desc(dSt + k * 16 * 64), desc(Ks + wg * Bc * 64 + k * 16 * 64));
+    for (int k = 0; k < Bc / 16; ++k) {
+      ptx::wgmma_ss_at<T, Dq<D>::kN0, /*kTransA*/ 1, /*kTransB*/ 1, 0>(dq, desc(dSt + k * 16 * 64), kj_at(dims.dim0, k));
+      if constexpr (Dq<D>::kN1 > 0)
+        ptx::wgmma_ss_at<T, Dq<D>::kN1, 1, 1, Dq<D>::kN0 / 8>(dq, desc(dSt + k * 16 * 64), kj_at(dims.dim1, k));
+    }
     ptx::wgmma_commit();
     [[maybe_unused]] int* turn = dq_turn + (b * p.H + h) * Tr + r0 / Br;
     // This key block's turn among those that see query block i (bwd_v2::add_dq).
@@ -260,10 +303,10 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
     }
     ptx::wgmma_wait<0>();  // every product of the step is done
     ptx::wgmma_pin(dq);
-    for (int sl = 0; sl < D / 64; ++sl) ptx::wgmma_pin(dv[sl]), ptx::wgmma_pin(dk[sl]);
+    ptx::wgmma_pin(dv), ptx::wgmma_pin(dk);
     for (int k = 0; k < Br / 16; ++k) ptx::wgmma_pin(pa[k]), ptx::wgmma_pin(sa[k]);
     if constexpr (kDeterministic) __syncthreads();  // the turn is ours
-    add_dq_piece<kDeterministic>(dq, dQacc, p, b, h, r0, br, wg);
+    add_dq_piece<D, kDeterministic>(dq, dQacc, p, b, h, r0, br, wg);
     if constexpr (kDeterministic) {
       __threadfence();  // this block's additions are visible GPU-wide before the turn passes on
       __syncthreads();
@@ -277,12 +320,10 @@ dk_dv_dq_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __res
     if (key >= bc) continue;
     T* dk_out = dK + p.kv_offset(b, hk * G, c0 + key) + 2 * t4;
     T* dv_out = dV + p.kv_offset(b, hk * G, c0 + key) + 2 * t4;
-    for (int sl = 0; sl < D / 64; ++sl)
-      for (int n = 0; n < 8; ++n) {
-        *reinterpret_cast<uint32_t*>(dk_out + sl * 64 + n * 8) =
-            ptx::pack2<T>(scale * dk[sl][n][2 * r], scale * dk[sl][n][2 * r + 1]);
-        *reinterpret_cast<uint32_t*>(dv_out + sl * 64 + n * 8) = ptx::pack2<T>(dv[sl][n][2 * r], dv[sl][n][2 * r + 1]);
-      }
+    for (int n = 0; n < D / 8; ++n) {
+      *reinterpret_cast<uint32_t*>(dk_out + n * 8) = ptx::pack2<T>(scale * dk[n][2 * r], scale * dk[n][2 * r + 1]);
+      *reinterpret_cast<uint32_t*>(dv_out + n * 8) = ptx::pack2<T>(dv[n][2 * r], dv[n][2 * r + 1]);
+    }
   }
 }
 
