@@ -12,6 +12,8 @@
 //   BM_decode_cache/...      v14 on a KV cache (N_q = 1, bf16, d = 128): no cache, per-sequence
 //                            lengths, paged at several page sizes (what the block table costs);
 //                            counter GB/s of K and V read
+//   BM_decode_splits/...     v14 (N_q = 1, bf16, d = 128, no cache) at forced split counts, labelled
+//                            with the plan's own choice: the measurement behind split_kv_plan()
 // Counters: TFLOP/s (forward 4*B*H*N_q*N_k*d, halved for causal, FlashAttention's convention),
 //   pct_peak (of the datasheet's dense peak: fp32 66.9, bf16 989.4 TFLOP/s for the H100/H200 SXM),
 //   gpu_extra_bytes (the kernel's workspace, measured by the counted device buffers). The share
@@ -165,6 +167,42 @@ void BM_decode_cache(benchmark::State& state) {
   state.SetLabel(mode == 0 ? "no cache" : mode == 1 ? "lengths" : "paged P=" + std::to_string(P));
 }
 
+// v14 with the split count forced (0: the plan's). Args: B, H, H_kv, N_k, splits.
+void BM_decode_splits(benchmark::State& state) {
+  const int64_t B = state.range(0), H = state.range(1), Hkv = state.range(2), N_k = state.range(3);
+  const fa::DType t = fa::DType::bf16;
+  const fa::AttnProblem p = fa::make_problem(B, H, Hkv, 1, N_k, 128, false);
+  fa05::Config cfg;
+  cfg.splits = state.range(4);
+  const int64_t planned = fa05::plan("v14", p, t, fa05::Config{}).splits;
+  bool runs = false;  // a count past one split per tile, or one that leaves a split empty, is not a point
+  try {
+    runs = fa05::plan("v14", p, t, cfg).splits == (cfg.splits > 0 ? cfg.splits : planned);
+  } catch (const fa05::Unsupported&) {
+  }
+  if (!runs) {
+    state.SkipWithError("not that many non-empty splits of 64-key tiles here");
+    return;
+  }
+  const void* Q = random_tensor(p.q_elems(), t, 21);
+  const void* K = random_tensor(p.kv_elems(), t, 22);
+  const void* V = random_tensor(p.kv_elems(), t, 23);
+  fa::DeviceBuffer<uint8_t> O(2 * p.q_elems(), fa::Mem::Io);
+  fa::DeviceBuffer<float> LSE(p.lse_elems(), fa::Mem::Io);
+  auto launch = [&](int) { fa05::forward("v14", p, t, Q, K, V, O.get(), LSE.get(), {}, cfg, nullptr); };
+  fa::bench::time_launches(state, 1, p.forward_flops(), t, launch);
+  state.counters["GB/s"] = benchmark::Counter(double(2 * p.kv_elems() * 2) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel("plan: " + std::to_string(planned) + " splits");
+}
+
+void splits_grid(benchmark::internal::Benchmark* b) {
+  const int64_t shapes[][4] = {{1, 32, 8, 131072}, {1, 32, 1, 131072}, {1, 32, 32, 131072}, {8, 32, 8, 32768}, {16, 32, 8, 8192}};
+  for (auto& sh : shapes)
+    for (int64_t s : {0, 2, 4, 8, 16, 24, 29, 33, 48, 66, 99, 128, 132, 198, 264})
+      b->Args({sh[0], sh[1], sh[2], sh[3], s});
+  b->ArgNames({"B", "H", "H_kv", "N_k", "splits"});
+}
+
 void decode_grid(benchmark::internal::Benchmark* b) {
   const int64_t shapes[][4] = {{8, 32, 8, 32768}, {1, 32, 8, 131072}, {64, 32, 32, 4096}};
   for (auto& sh : shapes) {
@@ -215,6 +253,7 @@ BENCHMARK(BM_gemm)->Arg(int64_t(fa::DType::fp32))->Arg(int64_t(fa::DType::bf16))
 BENCHMARK(BM_attn)->Apply(attn_grid)->UseManualTime()->MinTime(0.1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_v1_sram)->Apply(sram_grid)->UseManualTime()->MinTime(0.1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_decode_cache)->Apply(decode_grid)->UseManualTime()->MinTime(0.1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_decode_splits)->Apply(splits_grid)->UseManualTime()->MinTime(0.1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_shape)->Apply(shape_grid)->UseManualTime()->MinTime(0.1)->Unit(benchmark::kMillisecond);
 
 int main(int argc, char** argv) { return fa::bench::gpu_benchmark_main(argc, argv, "bench_05_cuda_tiled"); }

@@ -343,6 +343,17 @@ TEST_CASE("05 v14 KV cache: per-sequence lengths, paged (P = 16 ... 256), shared
         }
 }
 
+// One small paged problem per page size, for compute-sanitizer (racecheck: the page offsets are
+// written to shared memory a tile ahead of the copies that read them): splits of several tiles
+// each, more than the ring holds, GQA, a sequence sharing a page with its decoy.
+TEST_CASE("05 v14 KV cache: one small paged problem per page size (for compute-sanitizer)") {
+  for (int64_t P : {16, 64, 256}) {
+    const fa::Case c{"v14 cache small", fa::make_problem(2, 8, 2, 1, 1500, 128, false), fa::Fill::HighDims};
+    INFO("page size " << P);
+    fa::check_forward_case(cache_forward("v14", fa::DType::bf16, P), c, false, storage("v14", fa::DType::bf16));
+  }
+}
+
 // Issue 34 in decode: a sliding window moves where v14's splits start (the band, not the cache),
 // each row masks both ends; a softcap before the mask. At the plan's split count and forced ones,
 // contiguous and on a KV cache (lengths, pages: the band follows each sequence's length).

@@ -27,7 +27,10 @@
 // A KV cache (runner.hpp, KvCache; common/kv_cache.hpp): each sequence b its own key count lens[b],
 // to which the causal diagonal is aligned, and K/V either contiguous or in pages that a block table
 // maps (vLLM's PagedAttention layout, Kwon et al. 2023). Paging changes only where a key row is
-// read from: the copy asks key_row(j) for each row, a table lookup; the arithmetic is the same.
+// read from, a table lookup per row; the arithmetic is the same. The lookups of a tile are made
+// one tile ahead of its copy, by 64 threads, into shared memory (Roff below): looked up just
+// before its copy, a tile's lookups waited out their own latency each time, and pages of any size
+// ran 35-46 % slower than contiguous K/V (lab notebook).
 //
 // The variants (math.md section 8), as in v13: a sliding window moves where the splits start (the
 // keys from the tile's first key_begin, so a window of w keys splits w + N_q keys, not the cache),
@@ -50,7 +53,8 @@ constexpr int Bc = kWarps * kKeysPerWarp;   // keys per K/V tile
 __host__ __device__ constexpr int stages(int D) { return D <= 192 ? 3 : 2; }
 template <int D>
 constexpr int kPitch = D + 8;  // 16 bytes of padding per row: ldmatrix's 8 rows hit 8 bank groups (v2)
-__host__ __device__ constexpr int smem_bytes(int D) { return (kRows + stages(D) * 2 * Bc) * (D + 8) * 2; }
+// Q's tile, the K and V rings, and (read by the paged kernel) each ring tile's key-row offsets.
+__host__ __device__ constexpr int smem_bytes(int D) { return (kRows + stages(D) * 2 * Bc) * (D + 8) * 2 + stages(D) * Bc * 8; }
 
 // The KV cache as the kernel reads it (runner.hpp, KvCache): device arrays, nullptr when absent.
 struct Cache {
@@ -74,10 +78,11 @@ __device__ __forceinline__ void copy_tile_async(T* dst, const Row& row, int rows
 }
 
 // Paged: the K and V tiles of the same rows, from offset(r), row r's element offset in K and V (-1:
-// no page; zeros). The offsets are looked up 4 elements at a time before their copies are issued:
-// each cp.async is a memory barrier to the compiler, so a lookup placed between two copies waits
-// out its own latency alone (measured: one lookup per copy ran the paged kernel at half the
-// contiguous one's speed, lab notebook), and K and V share one lookup.
+// no page; zeros), read from shared memory (the kernel's Roff). The offsets are read 4 elements at
+// a time before their copies are issued: each cp.async is a memory barrier to the compiler, so a
+// read placed between two copies waits out its own latency alone (measured when offset() was the
+// table lookup itself: one per copy ran the paged kernel at half the contiguous one's speed, lab
+// notebook), and K and V share one offset.
 template <int D, class T, class Offset>
 __device__ __forceinline__ void copy_kv_paged(T* Kdst, T* Vdst, const T* K, const T* V, const Offset& offset,
                                               int rows, int d) {
@@ -111,6 +116,8 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
   T* Qt = reinterpret_cast<T*>(sram);  // (kRows, P)
   T* Ks = Qt + kRows * P;              // (kStages, Bc, P): tile j in buffer j % kStages
   T* Vs = Ks + kStages * Bc * P;       // (kStages, Bc, P)
+  // Paged: key row r of ring tile buf sits Roff[buf Bc + r] elements into K and V (-1: no page).
+  int64_t* Roff = reinterpret_cast<int64_t*>(Vs + kStages * Bc * P);  // (kStages, Bc)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g4 = lane / 4, t4 = lane % 4;  // fragment coordinates (ptx.cuh)
   const float neg_inf = -INFINITY;
@@ -129,19 +136,26 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
   // The problem as sequence b sees it: N_k is its own key count (the causal diagonal follows it).
   fa::AttnProblem pb = p;
   if (cache.lens) pb.N_k = min(max(int64_t(cache.lens[b]), int64_t(0)), p.N_k);
+  // Paged (a kernel of its own, so the contiguous copy keeps its few instructions: measured, lab
+  // notebook): key j of this (b, kv head) is row j % P of page table[b, j / P]; a page outside the
+  // cache reads as zeros. Thread r < Bc looks up row r of the tile of keys kj ... kj + bn - 1 in
+  // two halves, so that the table's latency passes while the thread computes: page_of() issues
+  // the load, put_offset() (a tile's work later) stores the row's offset into Roff.
+  const auto page_of = [&](int64_t kj, int bn) -> int32_t {
+    const int r = threadIdx.x;  // paged: N_k < 2^31 (plan()), so 32-bit division
+    return r < bn ? cache.table[b * cache.pages_per_seq + (int(kj) + r) / cache.P] : -1;
+  };
+  const auto put_offset = [&](int buf, int64_t kj, int32_t page) {
+    const int r = threadIdx.x, j = int(kj) + r;
+    const bool ok = page >= 0 && page < cache.num_pages;
+    Roff[buf * Bc + r] = ok ? ((int64_t(page) * p.H_kv + g) * cache.P + j % cache.P) * p.d : -1;
+  };
   // The K/V tile of keys kj ... kj + bn - 1 into ring buffer `buf`. Contiguous: rows d apart from
-  // the tile's first. Paged (a kernel of its own, so the contiguous copy keeps its few
-  // instructions: measured, lab notebook): key j of this (b, kv head) is row j % P of page
-  // table[b, j / P]; a page outside the cache reads as zeros.
+  // the tile's first. Paged: at the offsets in Roff's buffer `buf`.
   const auto copy_kv = [&](int buf, int64_t kj, int bn) {
     if constexpr (kPaged) {
-      const auto offset = [&](int r) -> int64_t {
-        const int j = int(kj) + r;  // paged: N_k < 2^31 (plan()), so 32-bit division
-        const int32_t page = cache.table[b * cache.pages_per_seq + j / cache.P];
-        if (page < 0 || page >= cache.num_pages) return -1;
-        return ((int64_t(page) * p.H_kv + g) * cache.P + j % cache.P) * p.d;
-      };
-      copy_kv_paged<D>(Ks + buf * Bc * P, Vs + buf * Bc * P, K, V, offset, bn, int(p.d));
+      const int64_t* off = Roff + buf * Bc;
+      copy_kv_paged<D>(Ks + buf * Bc * P, Vs + buf * Bc * P, K, V, [&](int r) { return off[r]; }, bn, int(p.d));
     } else {
       const T* Kt = K + (bg * p.N_k + kj) * p.d;
       const T* Vt = V + (bg * p.N_k + kj) * p.d;
@@ -160,13 +174,17 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
   const int64_t k0 = seen_lo + s * keys_per_split, k1 = min(k0 + keys_per_split, seen_hi);
   const int tiles = k1 > k0 ? int((k1 - k0 + Bc - 1) / Bc) : 0;
 
+  const auto tile_keys = [&](int j) { return int(min(int64_t(Bc), k1 - (k0 + int64_t(j) * Bc))); };
+  // Paged: the offsets of the first kStages tiles (the loop looks up each next one a tile ahead).
+  if constexpr (kPaged) {
+    if (threadIdx.x < Bc)
+      for (int j = 0; j < kStages && j < tiles; ++j) put_offset(j, k0 + int64_t(j) * Bc, page_of(k0 + int64_t(j) * Bc, tile_keys(j)));
+    __syncthreads();
+  }
   // Q's tile and the first kStages - 1 K/V tiles, each its own cp.async group.
   copy_tile_async<D, kRows>(Qt, [&](int r) { return Q + (row0 + r) * p.d; }, rows, int(p.d), Q);
   for (int j = 0; j < kStages - 1; ++j) {
-    if (j < tiles) {
-      const int64_t kj = k0 + int64_t(j) * Bc;
-      copy_kv(j, kj, int(min(int64_t(Bc), k1 - kj)));
-    }
+    if (j < tiles) copy_kv(j, k0 + int64_t(j) * Bc, tile_keys(j));
     ptx::cp_async_commit();
   }
   ptx::cp_async_wait<kStages - 2>();  // Q and tile 0 have landed (this thread's copies)
@@ -197,12 +215,14 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
     }
     {
       const int jn = j + kStages - 1;
-      if (jn < tiles) {
-        const int64_t kj = k0 + int64_t(jn) * Bc;
-        copy_kv(jn % kStages, kj, int(min(int64_t(Bc), k1 - kj)));
-      }
+      if (jn < tiles) copy_kv(jn % kStages, k0 + int64_t(jn) * Bc, tile_keys(jn));
       ptx::cp_async_commit();  // empty near the end: the wait above stays uniform
     }
+    // Paged: tile j + kStages's pages, into the buffer tile j's offsets held (its copy was issued
+    // kStages - 1 tiles ago); the load is issued now and stored after this tile's work.
+    [[maybe_unused]] int32_t next_page = -1;
+    if constexpr (kPaged)
+      if (threadIdx.x < Bc && j + kStages < tiles) next_page = page_of(k0 + int64_t(j + kStages) * Bc, tile_keys(j + kStages));
     const T* Kj = Ks + j % kStages * Bc * P + warp * kKeysPerWarp * P;  // this warp's 16 keys
     const T* Vj = Vs + j % kStages * Bc * P + warp * kKeysPerWarp * P;
 
@@ -255,6 +275,8 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
       ptx::mma_m16n8k16<T>(o[n], a, vf[0], vf[1]);
       ptx::mma_m16n8k16<T>(o[n + 1], a, vf[2], vf[3]);
     }
+    if constexpr (kPaged)  // read by the copy of tile j + kStages, after the next iteration's barrier
+      if (threadIdx.x < Bc && j + kStages < tiles) put_offset(j % kStages, k0 + int64_t(j + kStages) * Bc, next_page);
   }
 
   // Merge the 4 warps' states (stage 03's merge, in shared memory), then write. The ring is free
