@@ -27,6 +27,8 @@
 // its limit (L1 pipe 65 %, tensor 39 %, issue slots 27 %) with one block of 8 warps per SM: our
 // reading, the latency of too few warps waiting on their loads and products.
 //
+// The table above and the step below are drawn at D = 128; D = 96 differs only where the head
+// dims meet the swizzle (the paragraph after the step).
 // Per step (one query block i of Br = 64 rows, one query head), warpgroup w computes (FA2
 // Algorithm 2, lines 10-16, transposed so that a warpgroup owns keys, as in v2):
 //   S^T  = K_j Q_i^T    (64 keys x 64 queries, K = 128 dims: 8 wgmma m64n64k16, A and B in smem)
@@ -37,11 +39,14 @@
 //   dQ_i[:, 64w .. 64w + 63] += dS K_j[:, 64w .. 64w + 63]   (8 wgmma: A = dS, B = K_j, both in smem)
 //
 // D = 96 (Phi-3-mini's head dim, and Phi-2's 80 padded to it) runs the same step: a tile is stored
-// D rounded up to 64 columns wide (two slabs, the second half used, as stage 05's v13 stores it),
-// the products over dims take D / 16 steps, and those whose N is the head dims are cut where a slab
-// ends: dV_j, dK_j's 96 dims are 64 + 32, and dQ_i's 48 of a warpgroup 32 + 16 (Dq below), each a
-// wgmma into its slice of the accumulator (ptx::wgmma_rs_at, wgmma_ss_at). 96 registers a thread
-// hold dK_j and dV_j there, where 128 do at D = 128.
+// D rounded up to 64 columns wide, two slabs of which the second holds dims 64-95 in its first 32
+// columns (its last 32 are never written and never read; stage 05's v13 lays its tiles out the
+// same way, with TMA's zeros there). The products over the dims (S^T, dP^T) take D / 16 = 6 steps.
+// Those whose N is the head dims issue one wgmma per piece of the dims that lies inside one slab,
+// each into its slice of the accumulator (ptx::wgmma_rs_at, wgmma_ss_at): dV_j, dK_j's 96 dims are
+// 64 + 32; dQ_i's 48 dims of a warpgroup are 32 + 16 (Dq below: 0-31, 32-47 and 64-95, 48-63, cut so
+// that both warpgroups issue the same two shapes), 16 wgmma where D = 128 has 8. 96 registers a
+// thread hold dK_j and dV_j there, where 128 do at D = 128.
 //
 // Layout, dQacc and the deterministic variant as v2; T = __half or __nv_bfloat16, D = 96 or 128
 // (at d = 64, v2's 32-keys-a-warp shape runs), sm_90a only (elsewhere the runner runs v3). The
