@@ -196,9 +196,11 @@ void BM_decode_splits(benchmark::State& state) {
 }
 
 void splits_grid(benchmark::internal::Benchmark* b) {
-  const int64_t shapes[][4] = {{1, 32, 8, 131072}, {1, 32, 1, 131072}, {1, 32, 32, 131072}, {8, 32, 8, 32768}, {16, 32, 8, 8192}};
+  // units (B H_kv row tiles): 8, 2, 32, 64, 128, and 72 and 96 (between half the SMs and all of them)
+  const int64_t shapes[][4] = {{1, 32, 8, 131072}, {1, 32, 1, 131072}, {1, 32, 32, 131072}, {8, 32, 8, 32768},
+                               {16, 32, 8, 8192},  {9, 32, 8, 32768},  {3, 32, 32, 65536}};
   for (auto& sh : shapes)
-    for (int64_t s : {0, 2, 4, 8, 16, 24, 29, 33, 48, 66, 99, 128, 132, 198, 264})
+    for (int64_t s : {0, 1, 2, 3, 4, 7, 8, 16, 24, 29, 33, 48, 66, 128})
       b->Args({sh[0], sh[1], sh[2], sh[3], s});
   b->ArgNames({"B", "H", "H_kv", "N_k", "splits"});
 }

@@ -384,13 +384,20 @@ bool dispatch_shape(const Plan& pl, int64_t d, Go go) {
 
 // v14's split of the keys (kernels/v14_split_kv.cuh). A block is (batch, kv head, tile of 16
 // packed rows, key range); without a split there are units = B H_kv row_tiles of them, too few to
-// fill the GPU when the batch is small (B = 8, H_kv = 8: 64 blocks on 132 SMs). The split count s
-// makes units s blocks; they run in waves of `slots` (SMs x blocks resident per SM), and a last,
-// partial wave leaves SMs idle: efficiency(s) = units s / (waves slots). plan() takes the smallest
-// s within 85 % of the best efficiency for s <= 128 (more splits cost the partial states' writes
-// and the merge, so fewer win a tie), and never more splits than 64-key tiles / 4 (each block
-// streams at least 4 tiles: 256 keys). FlashAttention-2's num_splits_heuristic makes the same
-// trade (read, not copied); the threshold is ours.
+// fill the GPU when the batch is small (B = 8, H_kv = 8: 64 blocks on 132 SMs). Each block streams
+// at least 4 tiles (256 keys), so never more splits than 64-key tiles / 4, and at most 128. Then,
+// measured on the H200 (BM_decode_splits at 7 shapes, docs/lab/05_cuda_tiled.md):
+//   - one wave of one block per SM, s = SMs / units, where that keeps at least 85 % of the SMs
+//     streaming: one block of 4 warps an SM streams as fast as two co-resident ones, and fewer,
+//     longer splits win (one sequence of 131072 keys, 8 kv heads: 16 splits, 0.159 ms, against
+//     29-33 splits filling two blocks an SM, 0.183-0.188; 8 x 32768 keys: 2 splits, 0.273, against
+//     4, 0.281);
+//   - else (units between 0.85 SMs / 2 and SMs, where one block each would leave SMs idle) the
+//     fewest splits within 85 % of the best wave efficiency over all blocks resident at once,
+//     efficiency(s) = units s / (waves slots), slots = SMs x blocks resident per SM (9 x 32768
+//     keys, 72 units: 7 splits, 0.329 ms, against 1, 0.494).
+// FlashAttention-2's num_splits_heuristic weighs the same waves (read, not copied); the rules and
+// thresholds here are ours.
 void split_kv_plan(const fa::AttnProblem& p, const Config& cfg, Plan& pl) {
   const int64_t D = pl.d_kernel;
   pl.Br = v14::kRows, pl.Bc = v14::Bc;
@@ -404,15 +411,16 @@ void split_kv_plan(const fa::AttnProblem& p, const Config& cfg, Plan& pl) {
   const int64_t units = p.B * p.H_kv * pl.row_tiles, tiles = ceil_div(span, v14::Bc);
   const int sms = cfg.sm_count > 0 ? cfg.sm_count : std::max(fa::gpu_sm_count(), 0);
   const int64_t sm_count = sms > 0 ? sms : 132;
-  // Blocks resident per SM: by shared memory (228 KiB an SM on Hopper, 1 KiB reserved per block)
-  // and by registers (64K an SM; ptxas, CUDA 13.0, contiguous and paged: 80-126 a thread up to
-  // D = 64, 140-162 at 96 and 128, 210-254 at 192 and 256; rounded up here).
-  const int64_t regs = D <= 64 ? 128 : D <= 128 ? 168 : 256;
-  const int64_t per_sm = std::max<int64_t>(1, std::min(228 * 1024 / (pl.smem_bytes + 1024), 65536 / (v14::kThreads * regs)));
-  const int64_t slots = sm_count * per_sm;
+  const int64_t max_s = std::max<int64_t>(1, std::min<int64_t>(128, tiles / 4));
   int64_t s = cfg.splits;
-  if (s <= 0) {
-    const int64_t max_s = std::max<int64_t>(1, std::min<int64_t>(128, tiles / 4));
+  if (s <= 0) s = std::clamp<int64_t>(sm_count / units, 1, max_s);  // one block an SM, one wave
+  if (cfg.splits <= 0 && units * s < 0.85 * double(sm_count)) {
+    // Blocks resident per SM: by shared memory (228 KiB an SM on Hopper, 1 KiB reserved per block)
+    // and by registers (64K an SM; ptxas, CUDA 13.0: 80-118 a thread up to D = 64, 134-166 at 96
+    // and 128, 204-255 at 192 and 256; rounded up here).
+    const int64_t regs = D <= 64 ? 128 : D <= 128 ? 168 : 256;
+    const int64_t per_sm = std::max<int64_t>(1, std::min(228 * 1024 / (pl.smem_bytes + 1024), 65536 / (v14::kThreads * regs)));
+    const int64_t slots = sm_count * per_sm;
     const auto eff = [&](int64_t k) { return double(units * k) / double(ceil_div(units * k, slots) * slots); };
     double best = 0;
     for (int64_t k = 1; k <= max_s; ++k) best = std::max(best, eff(k));

@@ -643,6 +643,15 @@ TEST_CASE("05 plan: v14 packs a kv head's query heads into 16-row tiles and spli
   const fa05::Plan rows = fa05::plan("v14", fa::make_problem(1, 16, 2, 5, 1000, 128, true), fa::DType::fp16, h200);
   CHECK(rows.row_tiles == 3);
   CHECK(rows.blocks == 2 * 3 * rows.splits);
+  // The split count's two regimes (split_kv_plan): one wave of one block per SM where that keeps
+  // 85 % of the SMs busy (units 8: 132 / 8 = 16 splits; MQA's 2 row tiles: 66 asked, 2048 tiles cut
+  // into 32 a split, so 64; 64 units: 2), else
+  // the fewest splits within 85 % of the best wave efficiency over two resident blocks an SM (72
+  // units, 264 slots: 7 splits fill 504 of 528, 95 %; 3 fill 216 of 264, 82 %).
+  CHECK(fa05::plan("v14", fa::make_problem(1, 32, 8, 1, 131072, 128, false), fa::DType::bf16, h200).splits == 16);
+  CHECK(fa05::plan("v14", fa::make_problem(1, 32, 1, 1, 131072, 128, false), fa::DType::bf16, h200).splits == 64);
+  CHECK(fa05::plan("v14", fa::make_problem(8, 32, 8, 1, 32768, 128, false), fa::DType::bf16, h200).splits == 2);
+  CHECK(fa05::plan("v14", fa::make_problem(9, 32, 8, 1, 32768, 128, false), fa::DType::bf16, h200).splits == 7);
   // More SMs, more splits (the split count follows the GPU); at most one per 4 tiles of keys.
   fa05::Config big = h200;
   big.sm_count = 264;

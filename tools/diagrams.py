@@ -723,22 +723,16 @@ def backward_loop(out):
 # ---- 8. stage 05 v14: decode by split-KV, and the block table -------------------------------
 def decode_split_kv(out):
     # Issue 33's shape and what split_kv_plan() (runner.cu) makes of it on 132 SMs at d = 128:
-    # G = H / H_kv query heads packed into one kRows = 16 tile, 64-key tiles, the smallest split
-    # count within 85 % of the best wave efficiency (2 blocks an SM: 264 slots).
-    B, H, Hkv, Nk = 8, 32, 8, 32768
-    G, kRows, Bc, kWarps, slots = H // Hkv, 16, 64, 4, 2 * 132
+    # G = H / H_kv query heads packed into one kRows = 16 tile, 64-key tiles, one wave of one block
+    # an SM (s = SMs / units, which here keeps 128 of the 132 SMs busy).
+    B, H, Hkv, Nk, sms = 8, 32, 8, 32768, 132
+    G, kRows, Bc, kWarps = H // Hkv, 16, 64, 4
     units, tiles = B * Hkv, Nk // Bc
-
-    def eff(k):
-        return units * k / (-(-units * k // slots) * slots)
-
     max_s = max(1, min(128, tiles // 4))
-    best = max(eff(k) for k in range(1, max_s + 1))
-    S = 1
-    while S < max_s and eff(S) < 0.85 * best:
-        S += 1
+    S = min(max(1, sms // units), max_s)
+    assert units * S >= 0.85 * sms  # the one-wave regime of split_kv_plan()
     kps = -(-tiles // S) * Bc  # keys per split
-    assert (S, kps) == (4, 8192)
+    assert (S, kps) == (2, 16384)
 
     fig, ax = canvas(6.4, (0, 18), (0, 12.8), "Decode by split-KV (v14): one (batch, kv head), its keys "
                      "in splits, the splits merged")
@@ -746,7 +740,7 @@ def decode_split_kv(out):
             f"{S} splits = {units * S} blocks on 132 SMs", ha="center", fontsize=9.5, color=MUTED)
 
     # The key axis of one (b, g), cut into S splits of whole 64-key tiles.
-    x0, seg = 3.0, 2.65
+    x0, seg = 3.0, 10.6 / S
     ky = 9.95
     for s in range(S):
         x = x0 + s * seg
@@ -795,7 +789,7 @@ def decode_split_kv(out):
         box(ax, x + 0.1, 4.5, w - 0.2, 0.7, fc=tint(OK_C, 0.75), ec=OK_C, lw=1.0,
             text=f"$O_{s}$, $LSE_{s}$ (fp32)", fs=9)
         arrow(ax, x + w / 2, by, x + w / 2, 5.2)
-        arrow(ax, x + w / 2, 4.5, x0 + S * seg / 2 + (s - 1.5) * 1.2, 3.65)
+        arrow(ax, x + w / 2, 4.5, x0 + S * seg / 2 + (s - (S - 1) / 2) * 1.2, 3.65)
 
     # The combine kernel: stage 03's merge in log form.
     cx0, cw = x0, S * seg
@@ -831,8 +825,8 @@ def decode_split_kv(out):
     for n, page in enumerate(table):
         arrow(ax, ix + 1.0, 9.3 - n * 1.0 + 0.35, ix + 2.0, 9.55 - page * ph + (ph - 0.08) / 2, color=KV_C, lw=1.0,
               ms=9)
-    ax.text(ix + 1.6, 1.4, "key j of sequence b: row j % P\nof page table[b, j / P]\n(key_row(): one lookup a copy;\n"
-            "the arithmetic is unchanged)\n* also in another sequence's\ntable (a shared prefix)", ha="center",
+    ax.text(ix + 1.6, 1.4, "key j of sequence b: row j % P\nof page table[b, j / P]\n(page_of(): looked up a tile\n"
+            "ahead; the arithmetic unchanged)\n* also in another sequence's\ntable (a shared prefix)", ha="center",
             va="center", fontsize=7.8)
     save(fig, out, "diagram_decode_split_kv.png")
 

@@ -66,7 +66,8 @@ struct Cache {
 
 // Copies rows x D elements into a (kR, D + 8) shared tile, 16 bytes per cp.async; row(r) gives the
 // address of row r (d elements; nullptr: not there). Rows past `rows`, rows without an address and
-// columns past d are filled with zeros (src-size 0 reads nothing) and never read as data.
+// columns past d are filled with zeros (src-size 0 reads nothing) and never read as data. Used for
+// Q's tile, once a block (the K/V tiles: copy_kv_tiles below).
 template <int D, int kR, class T, class Row>
 __device__ __forceinline__ void copy_tile_async(T* dst, const Row& row, int rows, int d, const T* any) {
   constexpr int kVecs = D / 8;
@@ -77,16 +78,43 @@ __device__ __forceinline__ void copy_tile_async(T* dst, const Row& row, int rows
   }
 }
 
-// Paged: the K and V tiles of the same rows, from offset(r), row r's element offset in K and V (-1:
-// no page; zeros), read from shared memory (the kernel's Roff). The offsets are read 4 elements at
-// a time before their copies are issued: each cp.async is a memory barrier to the compiler, so a
-// read placed between two copies waits out its own latency alone (measured when offset() was the
-// table lookup itself: one per copy ran the paged kernel at half the contiguous one's speed, lab
-// notebook), and K and V share one offset.
+// The K and V tiles of the same Bc rows into two (Bc, D + 8) shared tiles: row r of each from
+// element offset(r) of K and V (-1: not there, zeros), rows past `rows` and columns past d zeros
+// (src-size 0 reads nothing), 16 bytes per cp.async. K and V share one offset. The offsets are
+// taken 4 rows at a time before their copies are issued: each cp.async is a memory barrier to the
+// compiler, so an offset read between two copies (the page table, or Roff in shared memory) waits
+// out its own latency alone (measured with the table: one lookup per copy ran the paged kernel at
+// half the contiguous one's speed, lab notebook).
+// Where kThreads is a multiple of D / 8 (D = 32, 64, 128, 256), a thread copies the same 16-byte
+// column c of rows r0, r0 + kStep, ...: c and the shared-memory offsets are constants of the
+// thread, and a row's source is one multiply-add away. The general loop (D = 96, 192) recomputes
+// row and column for every copy: at d = 128 that address arithmetic was about half the kernel's
+// instructions a tile (its SASS), in a kernel that ncu found issuing on half its cycles.
 template <int D, class T, class Offset>
-__device__ __forceinline__ void copy_kv_paged(T* Kdst, T* Vdst, const T* K, const T* V, const Offset& offset,
+__device__ __forceinline__ void copy_kv_tiles(T* Kdst, T* Vdst, const T* K, const T* V, const Offset& offset,
                                               int rows, int d) {
   constexpr int kVecs = D / 8, kTotal = Bc * kVecs, kChunk = 4;
+  if constexpr (kThreads % kVecs == 0) {
+    constexpr int kStep = kThreads / kVecs, kPer = Bc / kStep;
+    const int c = threadIdx.x % kVecs * 8, r0 = threadIdx.x / kVecs;
+#pragma unroll
+    for (int i0 = 0; i0 < kPer; i0 += kChunk) {
+      int64_t off[kChunk];
+#pragma unroll
+      for (int i = 0; i < kChunk; ++i) {
+        const int r = r0 + (i0 + i) * kStep;
+        off[i] = i0 + i < kPer && r < rows && c < d ? offset(r) : -1;
+      }
+#pragma unroll
+      for (int i = 0; i < kChunk && i0 + i < kPer; ++i) {
+        const int r = r0 + (i0 + i) * kStep;
+        const bool ok = off[i] >= 0;
+        ptx::cp_async_16(Kdst + r * kPitch<D> + c, K + (ok ? off[i] + c : 0), ok);
+        ptx::cp_async_16(Vdst + r * kPitch<D> + c, V + (ok ? off[i] + c : 0), ok);
+      }
+    }
+    return;
+  }
   for (int e0 = threadIdx.x; e0 < kTotal; e0 += kChunk * kThreads) {
     int64_t off[kChunk];
     for (int k = 0; k < kChunk; ++k) {
@@ -155,12 +183,11 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
   const auto copy_kv = [&](int buf, int64_t kj, int bn) {
     if constexpr (kPaged) {
       const int64_t* off = Roff + buf * Bc;
-      copy_kv_paged<D>(Ks + buf * Bc * P, Vs + buf * Bc * P, K, V, [&](int r) { return off[r]; }, bn, int(p.d));
+      copy_kv_tiles<D>(Ks + buf * Bc * P, Vs + buf * Bc * P, K, V, [&](int r) { return off[r]; }, bn, int(p.d));
     } else {
-      const T* Kt = K + (bg * p.N_k + kj) * p.d;
-      const T* Vt = V + (bg * p.N_k + kj) * p.d;
-      copy_tile_async<D, Bc>(Ks + buf * Bc * P, [&](int r) { return Kt + int64_t(r) * p.d; }, bn, int(p.d), K);
-      copy_tile_async<D, Bc>(Vs + buf * Bc * P, [&](int r) { return Vt + int64_t(r) * p.d; }, bn, int(p.d), V);
+      const int64_t first = (bg * p.N_k + kj) * p.d;
+      copy_kv_tiles<D>(Ks + buf * Bc * P, Vs + buf * Bc * P, K, V, [&](int r) { return first + int64_t(r) * p.d; }, bn,
+                       int(p.d));
     }
   };
 
