@@ -113,20 +113,20 @@ __device__ __forceinline__ void copy_kv_tiles(T* Kdst, T* Vdst, const T* K, cons
         ptx::cp_async_16(Vdst + r * kPitch<D> + c, V + (ok ? off[i] + c : 0), ok);
       }
     }
-    return;
-  }
-  for (int e0 = threadIdx.x; e0 < kTotal; e0 += kChunk * kThreads) {
-    int64_t off[kChunk];
-    for (int k = 0; k < kChunk; ++k) {
-      const int e = e0 + k * kThreads, r = e / kVecs, c = e % kVecs * 8;
-      off[k] = e < kTotal && r < rows && c < d ? offset(r) : -1;
-    }
-    for (int k = 0; k < kChunk; ++k) {
-      const int e = e0 + k * kThreads, r = e / kVecs, c = e % kVecs * 8;
-      if (e >= kTotal) break;
-      const bool ok = off[k] >= 0;
-      ptx::cp_async_16(Kdst + r * kPitch<D> + c, K + (ok ? off[k] + c : 0), ok);
-      ptx::cp_async_16(Vdst + r * kPitch<D> + c, V + (ok ? off[k] + c : 0), ok);
+  } else {  // D = 96, 192: element e of the tile is row e / kVecs, column e % kVecs
+    for (int e0 = threadIdx.x; e0 < kTotal; e0 += kChunk * kThreads) {
+      int64_t off[kChunk];
+      for (int k = 0; k < kChunk; ++k) {
+        const int e = e0 + k * kThreads, r = e / kVecs, c = e % kVecs * 8;
+        off[k] = e < kTotal && r < rows && c < d ? offset(r) : -1;
+      }
+      for (int k = 0; k < kChunk; ++k) {
+        const int e = e0 + k * kThreads, r = e / kVecs, c = e % kVecs * 8;
+        if (e >= kTotal) break;
+        const bool ok = off[k] >= 0;
+        ptx::cp_async_16(Kdst + r * kPitch<D> + c, K + (ok ? off[k] + c : 0), ok);
+        ptx::cp_async_16(Vdst + r * kPitch<D> + c, V + (ok ? off[k] + c : 0), ok);
+      }
     }
   }
 }
