@@ -392,7 +392,7 @@ bool dispatch_shape(const Plan& pl, int64_t d, Go go) {
 //     longer splits win (one sequence of 131072 keys, 8 kv heads: 16 splits, 0.159 ms, against
 //     29-33 splits filling two blocks an SM, 0.183-0.188; 8 x 32768 keys: 2 splits, 0.273, against
 //     4, 0.281);
-//   - else (units between 0.85 SMs / 2 and SMs, where one block each would leave SMs idle) the
+//   - else (where one wave of one block each would leave more than 15 % of the SMs idle) the
 //     fewest splits within 85 % of the best wave efficiency over all blocks resident at once,
 //     efficiency(s) = units s / (waves slots), slots = SMs x blocks resident per SM (9 x 32768
 //     keys, 72 units: 7 splits, 0.329 ms, against 1, 0.494).

@@ -67,11 +67,13 @@
 
 namespace fa05::v13 {
 
+using v7::slab_width;
 using v7::swz;
 using v12::kBoxCols, v12::kProducerRegs, v12::kConsumerRegs, v12::kProducerThreads;
 
-// The tile width in shared memory: Dq rounded up to the 64-column slab of the 128-byte swizzle.
-FA_HOST_DEVICE constexpr int slab_width(int Dq) { return (Dq + kBoxCols - 1) / kBoxCols * kBoxCols; }
+// The tile width in shared memory, slab_width(Dq) (v7_wgmma.cuh): Dq rounded up to the 64-column
+// slab of the 128-byte swizzle, one TMA box wide.
+static_assert(slab_width(1) == kBoxCols, "a slab is one TMA box");
 constexpr int kMaxSmem = 227 * 1024;  // a thread block's shared memory on sm_90 (opt-in)
 // The Q ring: two tiles (v12's) where they fit beside the K and V rings, else one.
 FA_HOST_DEVICE constexpr int q_buffers(int Dq, int warps, int Bc) {

@@ -30,7 +30,7 @@
 // read from, a table lookup per row; the arithmetic is the same. The lookups of a tile are made
 // one tile ahead of its copy, by 64 threads, into shared memory (Roff below): looked up just
 // before its copy, a tile's lookups waited out their own latency each time, and pages of any size
-// ran 35-46 % slower than contiguous K/V (lab notebook).
+// ran 35-45 % slower than contiguous K/V (lab notebook).
 //
 // The variants (math.md section 8), as in v13: a sliding window moves where the splits start (the
 // keys from the tile's first key_begin, so a window of w keys splits w + N_q keys, not the cache),

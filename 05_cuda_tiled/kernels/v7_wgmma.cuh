@@ -48,6 +48,9 @@ template <int Bc>
 __device__ __forceinline__ int swz(int r, int cv) {
   return (cv / 8) * Bc * 64 + r * 64 + ((cv % 8) ^ (r % 8)) * 8;
 }
+// A tile's width in this layout for head dim D: D rounded up to whole 64-column slabs (v13 and
+// stage 06's gpu_v4 at d = 96: two slabs, the second half unused).
+FA_HOST_DEVICE constexpr int slab_width(int D) { return (D + 63) / 64 * 64; }
 
 // Starts copying rows x D elements from global (row-major, pitch D) into a swizzled (Bc, D) tile,
 // 16 bytes per cp.async, kThreads threads; rows past `rows` are zero-filled without reading global

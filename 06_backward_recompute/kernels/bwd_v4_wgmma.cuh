@@ -70,8 +70,7 @@ using fa05::v7::swz;
 
 constexpr int kWarpgroups = 2, kThreads = 128 * kWarpgroups, Bc = 64 * kWarpgroups;
 
-// A tile's width in shared memory: D rounded up to the 64-column slab of the 128-byte swizzle.
-FA_HOST_DEVICE constexpr int slab_width(int D) { return (D + 63) / 64 * 64; }
+using fa05::v7::slab_width;  // a tile's width in shared memory: D rounded up to 64-column slabs
 
 // K_j, V_j (Bc x W), two each of Q_i, dO_i (Br x W), dS^T (Bc x Br), all 16-bit in the 128-byte
 // swizzle (no padding), LSE_i and D_i (2 x Br floats each), and 1024 bytes of slack to align the
