@@ -237,12 +237,15 @@ void sram_grid(benchmark::internal::Benchmark* b) {
 
 void shape_grid(benchmark::internal::Benchmark* b) {
   for (int64_t k = 0; k < int64_t(fa05::kernels().size()); ++k)
-    for (int64_t d : {32, 64, 96, 128})  // v13's native widths with a choice of shape; the others': 64, 128
+    for (int64_t d : {32, 64, 96, 128, 192, 256})  // v13's native widths (each has a choice of shape); the others': 64, 128
       if (fa05::kernels()[size_t(k)].name == "v13" || d == 64 || d == 128)
       for (const fa05::BlockShape& sh : fa05::block_shapes(fa05::kernels()[size_t(k)].name, d))
         for (int64_t causal : {0, 1})
-          for (int64_t N : {512, 1024, 2048, 8192})  // only what the kernel runs itself (v8 at d = 64 runs v7)
-            if (fa05::plan(fa05::kernels()[size_t(k)].name, paper_problem(N, d, causal != 0), fa::DType::bf16).runs ==
+          for (int64_t N : {512, 1024, 2048, 4096, 8192, 16384})
+            // v13's default depends on N (4096 and 16384 for it alone); only what the kernel runs
+            // itself (v8 at d = 64 runs v7)
+            if ((fa05::kernels()[size_t(k)].name == "v13" || (N != 4096 && N != 16384)) &&
+                fa05::plan(fa05::kernels()[size_t(k)].name, paper_problem(N, d, causal != 0), fa::DType::bf16).runs ==
                 fa05::kernels()[size_t(k)].name)
               b->Args({k, sh.Br, sh.Bc, N, d, causal});
   b->ArgNames({"kernel", "Br", "Bc", "N", "d", "causal"});

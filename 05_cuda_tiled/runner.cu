@@ -211,9 +211,9 @@ void set_smem(Kernel* kernel_fn, int64_t bytes) {
 // sweeps (bench BM_shape) run them all; default_shape() holds the winners.
 // A shape may be limited to head dims up to max_d: v6 at d = 128 with Bc = 64 needs more than
 // 255 registers (ptxas spills), and with Bc = 128 its S no longer fits in registers at all.
-template <int W, int C, int MaxD = 128>
-struct Shape {
-  static constexpr int warps = W, Bc = C, max_d = MaxD;
+template <int W, int C, int MaxD = 128, int MinD = 1>
+struct Shape {  // W compute warps, Bc keys a block, compiled for the native widths MinD ... MaxD
+  static constexpr int warps = W, Bc = C, max_d = MaxD, min_d = MinD;
 };
 // v5 at d = 192 and 256 (the mma.sync path of a GPU without wgmma): its smallest shape only, whose
 // shared memory fits an A100 (101 KiB at d = 256) and whose registers do not spill.
@@ -225,8 +225,13 @@ using V7Shapes = std::tuple<Shape<4, 64>, Shape<4, 128>, Shape<8, 64>, Shape<8, 
 // v10: v9's two winners (two warpgroups, README v9), the only shapes its sweep runs; v11 keeps them.
 using V10Shapes = std::tuple<Shape<8, 64>, Shape<8, 128>>;
 // v13: v12's two shapes where they fit; Bc = 128 only up to d = 128 (its K and V rings take 4 Bc d
-// elements of shared memory: 192 KiB at d = 192).
-using V13Shapes = std::tuple<Shape<8, 64, 256>, Shape<8, 128, 128>>;
+// elements of shared memory: 192 KiB at d = 192). Above, the wider key blocks that still fit, Bc =
+// 80 at 192 and 256 (FlashAttention-3's at 256; its 112 at 192 lost to 80 at every point of the
+// sweep), one Q buffer where two do not fit; up to d = 64, three consumer warpgroups (Br = 192: FlashAttention-3's
+// 192 x 128 at d = 64, and 192 x 64, whose S, P and O leave the consumers' 160 registers room).
+// Which wins is measured (BM_shape; lab notebook, v13).
+using V13Shapes = std::tuple<Shape<8, 64, 256>, Shape<8, 128, 128>, Shape<8, 80, 256, 192>, Shape<12, 64, 64>,
+                             Shape<12, 128, 64>>;
 
 // Each shaped version: its kernel for (T, D, warps, Bc) and its rows per warp.
 struct V5 {
@@ -319,7 +324,7 @@ constexpr int extra_threads() {
 template <class Ver, class... S>
 std::vector<BlockShape> shape_list(int64_t d, std::tuple<S...>*) {
   std::vector<BlockShape> list;
-  ((d <= S::max_d ? list.push_back(BlockShape{Ver::rows_per_warp * S::warps, S::Bc}) : void()), ...);
+  ((d <= S::max_d && d >= S::min_d ? list.push_back(BlockShape{Ver::rows_per_warp * S::warps, S::Bc}) : void()), ...);
   return list;
 }
 template <class Ver>
@@ -362,13 +367,13 @@ void tc_launch(const fa::AttnProblem& p, fa::DType dtype, const void* Q, const v
 }
 
 // Ver compiled for shape S, if S is the plan's shape.
-// (Only head dims up to S::max_d are compiled; above it the D = 64 kernel stands in for the type
-// and is never launched: a plan with d > max_d does not match.)
+// (Only the native widths S::min_d ... S::max_d are compiled; outside them the D = S::max_d kernel
+// stands in for the type and is never launched: a plan with another d does not match.)
 template <class Ver, class S, class Go>
 bool if_shape(const Plan& pl, int64_t d, Go go) {
-  if (pl.threads != 32 * S::warps + extra_threads<Ver>() || pl.Bc != S::Bc || d > S::max_d) return false;
+  if (pl.threads != 32 * S::warps + extra_threads<Ver>() || pl.Bc != S::Bc || d > S::max_d || d < S::min_d) return false;
   go([](auto t, auto dt) {
-    constexpr int D = decltype(dt)::value <= S::max_d ? decltype(dt)::value : 64;
+    constexpr int D = decltype(dt)::value <= S::max_d && decltype(dt)::value >= S::min_d ? decltype(dt)::value : S::max_d;
     return Ver::template kernel<decltype(t), D, S::warps, S::Bc>();
   });
   return true;
@@ -543,7 +548,7 @@ std::vector<BlockShape> block_shapes(const std::string& kernel, int64_t d) {
   return {};
 }
 
-BlockShape default_shape(const std::string& kernel, int64_t d) {
+BlockShape default_shape(const std::string& kernel, int64_t d, int64_t N_q, int64_t N_k) {
   // Chosen by the sweeps (bench BM_shape; docs/results/bench_05_cuda_tiled.json, README), on the
   // H200, at d = 64 and 128, N = 1024 and 8192, causal or not. v5: 128 x 128 was the fastest
   // shape, or within 2 % of it, everywhere (our guess before the sweep was 128 x 64). v6: 128 x 64
@@ -568,10 +573,18 @@ BlockShape default_shape(const std::string& kernel, int64_t d) {
   if (kernel == "v11") return default_shape("v10", d);
   // v12: v11's (the producer's registers and barriers do not change what fits).
   if (kernel == "v12") return default_shape("v11", d);
-  // v13: 128 x 128 where it fits (d <= 128), else 128 x 64, the one shape that does. Its sweep
-  // (bench BM_shape, H200, bf16; lab notebook, v13) found 128 x 128 faster than 128 x 64 at all 32
-  // points (d = 32, 64, 96, 128; N = 512 ... 8192; causal or not), by 7-21%.
-  if (kernel == "v13") return d <= 128 ? BlockShape{128, 128} : BlockShape{128, 64};
+  // v13: 128 x 128 where it fits (d <= 128), else 128 x 64. Its sweeps (bench BM_shape, H200,
+  // bf16, N = 512 ... 8192, causal or not; lab notebook, v13): 128 x 128 beat 128 x 64 at every
+  // point at d = 32 ... 128, by 7-21 %. The larger shapes win on long sequences only (2026-12-03,
+  // N = 512 ... 16384): 192 x 128 at d <= 64 from N_q = 2048 (d = 32: 1.05-1.26x, d = 64:
+  // 1.00-1.06x; at N_q = 512 and 1024 down to 0.91x: the rows padded to 192, the causal diagonal's
+  // larger blocks); 128 x 80 at d = 192 and 256 from N_k = 8192 (0.99-1.11x; below, from 0.92x to
+  // 1.03x, no clear winner). (128 x 112 at 192, FlashAttention-3's, lost to 128 x 80 at every point.)
+  if (kernel == "v13") {
+    if (d <= 64 && N_q >= 2048) return {192, 128};
+    if (d <= 128) return {128, 128};
+    return N_k >= 8192 ? BlockShape{128, 80} : BlockShape{128, 64};
+  }
   return {0, 0};
 }
 
@@ -772,10 +785,11 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
              : pl.runs == "v12" ? V12::smem(D, warps, Bc)
                                 : V13::smem(D, warps, Bc);
     };
-    // The shapes offered: those of the kernel that runs, or, where v5 stands in for a wgmma
-    // version, those of the version asked for (each is a v5 shape).
-    const std::string shape_of = pl.runs == "v5" && pl.d_kernel <= 128 ? name : pl.runs;
-    const BlockShape def = default_shape(shape_of, pl.d_kernel);
+    // The shapes offered: those of the kernel that runs, or, where v5 stands in for v7 ... v12,
+    // those of the version asked for (each is a v5 shape; v13's 192-row ones and 128 x 80 are
+    // not, so where v5 stands in for v13 it offers its own).
+    const std::string shape_of = pl.runs == "v5" && pl.d_kernel <= 128 && name != "v13" ? name : pl.runs;
+    const BlockShape def = default_shape(shape_of, pl.d_kernel, p.N_q, p.N_k);
     pl.Br = cfg.Br > 0 ? cfg.Br : def.Br;
     pl.Bc = cfg.Bc > 0 ? cfg.Bc : def.Bc;
     bool compiled = false;

@@ -65,11 +65,12 @@ using Varlen = fa::VarlenDevice;  // common/varlen.hpp
 struct BlockShape {
   int64_t Br, Bc;
 };
-// The shapes a version with a choice of block shape (v5 ... v12) is compiled for at head dim d (its
-// sweep runs them all; empty for the others), and the one it uses by default for d (the sweep's
-// winner).
+// The shapes a version with a choice of block shape (v5 ... v13) is compiled for at native width d
+// (its sweep runs them all; empty for the others), and the one it uses by default for d and a
+// problem of N_q query rows and N_k keys (the sweep's winner; only v13's depends on N: its larger
+// blocks win on long sequences only; N_q = N_k = 0, the default, asks for the short-sequence one).
 std::vector<BlockShape> block_shapes(const std::string& kernel, int64_t d);
-BlockShape default_shape(const std::string& kernel, int64_t d);
+BlockShape default_shape(const std::string& kernel, int64_t d, int64_t N_q = 0, int64_t N_k = 0);
 
 struct KernelInfo {
   std::string name;   // what --kernel takes: "v1", "cublas"

@@ -128,6 +128,38 @@ TEST_CASE("05 v13: every native width (32, 64, 96, 128, 192, 256), ragged, causa
 TEST_CASE("05 v13: padded widths (1, 8, 40, 59, 80, 111, 160, 200, 224, 255), ragged, causal, GQA") {
   check_widths("v13", {1, 8, 40, 59, 80, 111, 160, 200, 224, 255});
 }
+// v13's every compiled shape at every native width it is compiled for (128 x 64 and 128 x 128,
+// 192 x 64 and 192 x 128 up to d = 64, 128 x 80 above 128) and a padded d below each, ragged N
+// around 192-row and 80-key blocks, causal, GQA, fp16 and bf16; each once in the default
+// grid and once in 3 persistent blocks (so that blocks walk tiles through both Q buffers or one).
+TEST_CASE("05 v13: every compiled block shape at every native width, ragged, causal, GQA, persistent") {
+  if (!runs_itself("v13")) {
+    MESSAGE("v13 runs v5 on this GPU: v13's shapes are not v5's");
+    return;
+  }
+  const int64_t sizes[][2] = {{1, 1}, {79, 81}, {113, 111}, {191, 193}, {193, 400}, {400, 161}};
+  int checked = 0;
+  for (int64_t D : {32, 64, 96, 128, 192, 256})
+    for (const fa05::BlockShape& sh : fa05::block_shapes("v13", D))
+      for (int64_t d : {D, D - 24})
+        for (auto& nn : sizes)
+          for (bool causal : {false, true})
+            for (int64_t cap : {0, 3}) {
+              fa05::Config cfg;
+              cfg.Br = sh.Br, cfg.Bc = sh.Bc, cfg.persistent_blocks = cap;
+              const fa::Case c{"v13 " + std::to_string(sh.Br) + "x" + std::to_string(sh.Bc) + " d " + std::to_string(d) +
+                                   " cap " + std::to_string(cap),
+                               fa::make_problem(2, 4, 2, nn[0], nn[1], d, causal), fa::Fill::HighDims};
+              const fa::DType t = (checked++ % 2) ? fa::DType::fp16 : fa::DType::bf16;
+              const fa05::Plan pl = fa05::plan("v13", c.p, t, cfg);
+              REQUIRE(pl.runs == "v13");
+              CHECK(pl.d_kernel == D);
+              CHECK(pl.Br == sh.Br);
+              CHECK(pl.Bc == sh.Bc);
+              fa::check_forward_case(stage_05_forward("v13", t, cfg), c, false, storage("v13", t));
+            }
+  CHECK(checked == 16 * 2 * 6 * 2 * 2);  // the 16 (width, shape) pairs, each case above
+}
 TEST_CASE("05 v14: every native width and padded ones, ragged, causal, GQA, fp16 and bf16") {
   check_widths("v14", {32, 64, 96, 128, 192, 256, 8, 40, 59, 80, 200});
 }

@@ -547,9 +547,55 @@ TEST_CASE("05 plan: v13 runs every head dim at the next native width, padding on
     CHECK(fb.smem_bytes <= 166912);
   }
   CHECK(fa05::plan("v13", fa::make_problem(1, 1, 1, 64, 64, 64, false), fa::DType::fp32, hopper).runs == "v1");
-  // Its two shapes at d <= 128; one (Bc = 64) above, where 128 keys' K and V rings do not fit.
-  CHECK(fa05::block_shapes("v13", 128).size() == 2);
-  CHECK(fa05::block_shapes("v13", 192).size() == 1);
+  // Its shapes: 128 x 64 and 128 x 128 up to d = 128, 192 x 64 and 192 x 128 (three consumer
+  // warpgroups) up to 64; above 128, where 128 keys' K and V rings do not fit, 128 x 64 and 128 x
+  // 80. Each plans its threads (a warp per 16 rows and the producer warpgroup) and its shared
+  // memory (two K, two V buffers, one or two Q tiles) within the limit.
+  const auto count = [](int64_t d) { return fa05::block_shapes("v13", d).size(); };
+  CHECK(count(32) == 4);
+  CHECK(count(64) == 4);
+  CHECK(count(96) == 2);
+  CHECK(count(128) == 2);
+  CHECK(count(192) == 2);
+  CHECK(count(256) == 2);
+  for (int64_t D : {32, 64, 96, 128, 192, 256})
+    for (const fa05::BlockShape& sh : fa05::block_shapes("v13", D)) {
+      INFO("d " << D << ", " << sh.Br << "x" << sh.Bc);
+      fa05::Config c = hopper;
+      c.Br = sh.Br, c.Bc = sh.Bc;
+      const fa05::Plan pl = fa05::plan("v13", fa::make_problem(1, 2, 1, 1000, 300, D, true), fa::DType::bf16, c);
+      CHECK(pl.runs == "v13");
+      CHECK(pl.Br == sh.Br);
+      CHECK(pl.Bc == sh.Bc);
+      CHECK(pl.threads == 2 * sh.Br + 128);
+      const int64_t slab = (D + 63) / 64 * 64;
+      const int64_t q_tiles = (4 * sh.Bc + 2 * sh.Br) * slab * 2 + 1024 <= fa05::kMaxSmemSm90 ? 2 : 1;
+      CHECK(pl.smem_bytes == (4 * sh.Bc + q_tiles * sh.Br) * slab * 2 + 1024);
+      CHECK(pl.smem_bytes <= fa05::kMaxSmemSm90);
+      // Off sm_90 v5 stands in with its own shapes: a v13 shape it lacks is refused, not launched.
+      fa05::Config off = c;
+      off.sm = 80;
+      if (sh.Br > 128 || sh.Bc == 80)
+        CHECK_THROWS_WITH_AS(fa05::plan("v13", fa::make_problem(1, 2, 1, 100, 100, D, false), fa::DType::bf16, off),
+                             doctest::Contains("--block-q/--block-k"), fa05::Unsupported);
+    }
+  // The default follows the sweep (lab notebook, v13): the larger blocks only on long sequences,
+  // exactly from the thresholds; off sm_90 the same problems run v5 at its own default.
+  const auto shape_for = [&](int64_t d, int64_t N_q, int64_t N_k, const fa05::Config& c) {
+    const fa05::Plan pl = fa05::plan("v13", fa::make_problem(1, 2, 1, N_q, N_k, d, true), fa::DType::bf16, c);
+    return std::to_string(pl.Br) + "x" + std::to_string(pl.Bc) + " " + pl.runs;
+  };
+  for (int64_t d : {8, 32, 40, 64}) {
+    CHECK(shape_for(d, 2048, 64, hopper) == "192x128 v13");
+    CHECK(shape_for(d, 2047, 100000, hopper) == "128x128 v13");
+    CHECK(shape_for(d, 4096, 4096, ampere) == "128x128 v5");
+  }
+  for (int64_t d : {72, 96, 128}) CHECK(shape_for(d, 16384, 16384, hopper) == "128x128 v13");
+  for (int64_t d : {136, 192, 200, 256}) {
+    CHECK(shape_for(d, 64, 8192, hopper) == "128x80 v13");
+    CHECK(shape_for(d, 100000, 8191, hopper) == "128x64 v13");
+    CHECK(shape_for(d, 8192, 8192, ampere) == "64x32 v5");
+  }
   fa05::Config wide = hopper;
   wide.Br = 128, wide.Bc = 128;
   CHECK_THROWS_WITH_AS(fa05::plan("v13", fa::make_problem(1, 1, 1, 64, 64, 192, false), fa::DType::bf16, wide),

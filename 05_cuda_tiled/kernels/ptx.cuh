@@ -175,7 +175,8 @@ __device__ __forceinline__ void wgmma_pin(uint32_t (&r)[4]) {
 }
 
 // d (64 x N, fp32) += A (64 x 16, T, in registers: this warp's 16 rows as an m16n8k16 A fragment)
-// times B (16 x N, T, in shared memory by descriptor), N = 64 or 128; d[i] is the n8 tile i.
+// times B (16 x N, T, in shared memory by descriptor), N = 64 or 128 (v7 ... v13's S and O pieces)
+// or 80 (v13's S at d > 128, where Bc = 128 does not fit); d[i] is the n8 tile i.
 // kTransB = 0: B is stored "K-major", each of its N columns a 16-element row of the tile (K_j as
 // [key][dim] for S = Q K^T); kTransB = 1: B is stored "MN-major", each of its 16 rows an
 // N-element row of the tile (V_j as [key][dim] for O += P V). Issued, not finished: see
@@ -183,10 +184,18 @@ __device__ __forceinline__ void wgmma_pin(uint32_t (&r)[4]) {
 #define FA05_D4(i) "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])
 template <class T, int N, int kTransB>
 __device__ __forceinline__ void wgmma_m64nNk16(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t desc_b) {
-  static_assert(N == 64 || N == 128, "the two widths v7 uses");
+  static_assert(N == 64 || N == 80 || N == 128, "v7's two widths, and v13's Bc = 80 at d > 128");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
-  if constexpr (N == 64 && bf16)
+  if constexpr (N == 80 && bf16)
+    asm volatile("wgmma.mma_async.sync.aligned.m64n80k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39}, {%40, %41, %42, %43}, %44, 1, 1, 1, %45;\n"
+               : FA05_D4(0), FA05_D4(1), FA05_D4(2), FA05_D4(3), FA05_D4(4), FA05_D4(5), FA05_D4(6), FA05_D4(7), FA05_D4(8), FA05_D4(9)
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(kTransB));
+  else if constexpr (N == 80)
+    asm volatile("wgmma.mma_async.sync.aligned.m64n80k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39}, {%40, %41, %42, %43}, %44, 1, 1, 1, %45;\n"
+               : FA05_D4(0), FA05_D4(1), FA05_D4(2), FA05_D4(3), FA05_D4(4), FA05_D4(5), FA05_D4(6), FA05_D4(7), FA05_D4(8), FA05_D4(9)
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(kTransB));
+  else if constexpr (N == 64 && bf16)
     asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, 1, 1, 1, %37;\n"
                    : FA05_D4(0), FA05_D4(1), FA05_D4(2), FA05_D4(3), FA05_D4(4), FA05_D4(5), FA05_D4(6), FA05_D4(7)
                    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(kTransB));
@@ -231,17 +240,26 @@ __device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[8][4], uint64_t de
   __trap();  // sm_90a only; the runner never launches gpu_v4 elsewhere
 #endif
 }
-// d (64 x N, fp32) += A (64 x 16) times B (16 x N), N = 64 or 128, both K-major in shared memory:
-// the SS form at S's two widths, for v13's S = Q_i K_j^T (Q_i read by the tensor cores where v12
+// d (64 x N, fp32) += A (64 x 16) times B (16 x N), N = 64, 80 or 128, both K-major in shared
+// memory: the SS form at S's widths, for v13's S = Q_i K_j^T (Q_i read by the tensor cores where v12
 // loaded it into registers with ldmatrix). Issued, not finished, as above.
 template <class T, int N>
 __device__ __forceinline__ void wgmma_m64nNk16_ss(float (&d)[N / 8][4], uint64_t desc_a, uint64_t desc_b) {
-  static_assert(N == 64 || N == 128, "the two widths of S");
+  static_assert(N == 64 || N == 80 || N == 128, "the widths of S");
   if constexpr (N == 64) {
     wgmma_m64n64k16_ss<T, 0, 0>(d, desc_a, desc_b);
   } else {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
+    if constexpr (N == 80 && bf16)
+      asm volatile("wgmma.mma_async.sync.aligned.m64n80k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39}, %40, %41, 1, 1, 1, 0, 0;\n"
+                 : FA05_D4(0), FA05_D4(1), FA05_D4(2), FA05_D4(3), FA05_D4(4), FA05_D4(5), FA05_D4(6), FA05_D4(7), FA05_D4(8), FA05_D4(9)
+                 : "l"(desc_a), "l"(desc_b));
+    else if constexpr (N == 80)
+      asm volatile("wgmma.mma_async.sync.aligned.m64n80k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39}, %40, %41, 1, 1, 1, 0, 0;\n"
+                 : FA05_D4(0), FA05_D4(1), FA05_D4(2), FA05_D4(3), FA05_D4(4), FA05_D4(5), FA05_D4(6), FA05_D4(7), FA05_D4(8), FA05_D4(9)
+                 : "l"(desc_a), "l"(desc_b));
+    else if constexpr (bf16)
       asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, 1, 1, 1, 0, 0;\n"
                    : FA05_D4(0), FA05_D4(1), FA05_D4(2), FA05_D4(3), FA05_D4(4), FA05_D4(5), FA05_D4(6), FA05_D4(7), FA05_D4(8), FA05_D4(9), FA05_D4(10), FA05_D4(11), FA05_D4(12), FA05_D4(13), FA05_D4(14), FA05_D4(15)
                    : "l"(desc_a), "l"(desc_b));

@@ -4,11 +4,11 @@
 //   v12                                             v13
 //   d = 128 only (asked for d = 64, the runner      one kernel per native width Dq = 32, 64, 96,
 //   ran v9; any other d, v1)                        128, 192, 256; any other d runs the next one
-//   Q_i loaded into registers by ldmatrix before    the same up to Dq = 192; at 256, Q_i read by
-//   every S = Q_i K_j^T (D / 4 registers a          the tensor cores from shared memory (wgmma's
-//   thread: 64 at D = 256, which with O, S and P    "SS" form: both operands in shared memory),
-//   (176, below) would make 240 of the 232 a        so O (D / 2 floats a thread) fits at 256
-//   consumer has)
+//   Q_i loaded into registers by ldmatrix before    the same where they fit beside O, S and P (up
+//   every S = Q_i K_j^T (D / 4 registers a          to Dq = 192 at 128 x 64 blocks); else Q_i read
+//   thread: 64 at D = 256, which with O, S and P    by the tensor cores from shared memory (wgmma's
+//   (176, below) would make 240 of the 232 a        "SS" form: both operands in shared memory), so
+//   consumer has)                                   O (D / 2 floats a thread) fits at 256
 //   tiles of d = 128 columns: two 64-column slabs   tiles of D = Dq rounded up to 64 columns (the
 //                                                   128-byte swizzle's row); TMA fills the columns
 //                                                   past d with zeros, which add 0 to every score
@@ -18,8 +18,11 @@
 //   two Q buffers                                   two where they fit in 227 KiB with the K and
 //                                                   V rings, else one (D = 256: the next tile's
 //                                                   Q_i waits for this tile's O write)
-//   Bc = 64 or 128                                  Bc = 64 at every width, 128 where its K, V
-//                                                   rings fit (Dq <= 128)
+//   128 x 64 or 128 x 128 blocks, two consumer      the same, and where they win on long
+//   warpgroups                                      sequences (measured: runner.cu, default_shape):
+//                                                   three consumer warpgroups (192 rows) at Dq <=
+//                                                   64, and Bc = 80 at Dq = 192, 256, where 128
+//                                                   keys' K and V rings do not fit
 //
 // Why: real models use d = 32 (MiniLM), 64 (GPT-2, BERT), 80 (Phi-2), 96 (Phi-3-mini), 128
 // (Llama), 256 (Gemma); FlashAttention-3 compiles 64, 96, 128, 192 and 256, FlashAttention-2 a
@@ -69,7 +72,21 @@ namespace fa05::v13 {
 
 using v7::slab_width;
 using v7::swz;
-using v12::kBoxCols, v12::kProducerRegs, v12::kConsumerRegs, v12::kProducerThreads;
+using v12::kBoxCols, v12::kProducerThreads;
+
+// The register split of a block of kWarps consumer warps and the producer warpgroup, a thread
+// each (setmaxnreg): v12's 40 / 232 with two consumer warpgroups; with three (Br = 192, at Dq <=
+// 64 only) 32 / 160, FlashAttention-3's split for its three consumer warpgroups at d = 64 (read
+// in its tile-size table, not copied): 32 x 128 + 160 x 384 = 65,536, the whole register file.
+FA_HOST_DEVICE constexpr int producer_regs(int warps) { return warps == 8 ? v12::kProducerRegs : 32; }
+FA_HOST_DEVICE constexpr int consumer_regs(int warps) { return warps == 8 ? v12::kConsumerRegs : 160; }
+// Q_i's fragments stay in registers (v12's form) where the tile's big arrays fit the consumers'
+// registers with 40 to spare: O (D / 2 floats a thread), S (Bc / 2), P (Bc / 4) and Q (Dq / 4).
+// That is v12's own total at 128 x 128, d = 128 (64 + 64 + 32 + 32 = 192 of 232) and v13's at
+// Dq = 192, Bc = 64; above it the tensor cores read Q_i from shared memory (the SS form).
+FA_HOST_DEVICE constexpr bool q_in_registers(int Dq, int warps, int Bc) {
+  return slab_width(Dq) / 2 + Bc / 2 + Bc / 4 + Dq / 4 <= consumer_regs(warps) - 40;
+}
 
 // The tile width in shared memory, slab_width(Dq) (v7_wgmma.cuh): Dq rounded up to the 64-column
 // slab of the 128-byte swizzle, one TMA box wide.
@@ -88,7 +105,9 @@ using fa05::Packed;  // a packed batch's offsets (kernel_common.cuh)
 
 // As v12, at native width Dq (32, 64, 96, 128, 192 or 256) for any head dim p.d <= Dq that is a
 // multiple of 8 (the tensor maps' rows are p.d wide: columns p.d .. D - 1 of every box arrive as
-// zeros). Shapes: kWarps = 8 (two consumer warpgroups, Br = 128), Bc = 64 or 128.
+// zeros). Shapes: kWarps = 8 (two consumer warpgroups, Br = 128) or, at Dq <= 64, 12 (three, Br
+// = 192, each consumer thread 160 registers instead of 232); Bc = 64, 80 or 128 (an S width that
+// wgmma has, ptx.cuh).
 template <class T, int Dq, int kWarps, int Bc>
 __global__ void __launch_bounds__(32 * kWarps + kProducerThreads, 1)
 forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
@@ -99,13 +118,16 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
   constexpr int Br = 16 * kWarps;  // 16 query rows per consumer warp, one mma row-tile each
   constexpr int D = slab_width(Dq);  // the tiles' width in shared memory, and O's in registers
   constexpr int kQ = q_buffers(Dq, kWarps, Bc);  // Q ring size: tile number k in buffer k % kQ
-  // S's A operand: Q_i's fragments in registers (v12's form) where they fit beside O, up to Dq =
-  // 192; at 256 the tensor cores read Q_i from shared memory. (Measured: SS ran 0.79x of the
-  // registers at Dq = 128 and 0.87-0.93x at 192, lab notebook v13.)
-  constexpr bool kQInRegisters = Dq <= 192;
+  // S's A operand: Q_i's fragments in registers (v12's form) where they fit beside O, S and P
+  // (q_in_registers: up to Dq = 192 at 128 x 64, 128 at 128 x 128, 32 at 192 x 128); else the
+  // tensor cores read Q_i from shared memory. (Measured: SS ran 0.79x of the registers at Dq =
+  // 128 and 0.87-0.93x at 192, lab notebook v13.)
+  constexpr bool kQInRegisters = q_in_registers(Dq, kWarps, Bc);
   constexpr int kQRegs = kQInRegisters ? Dq / 16 : 1;  // fragments of 16 dims (1: unused)
   constexpr int kConsumers = 32 * kWarps;
-  static_assert(kWarps == 8 && (Bc == 64 || Bc == 128), "two consumer warpgroups, one wgmma width for S");
+  static_assert((kWarps == 8 || (kWarps == 12 && Dq <= 64)) && (Bc == 64 || Bc == 80 || Bc == 128),
+                "two (or, up to Dq = 64, three) consumer warpgroups; a wgmma width for S");
+  constexpr int kProducerRegs = producer_regs(kWarps), kConsumerRegs = consumer_regs(kWarps);
   constexpr int kThreads = kProducerThreads + kConsumers, kPool = kThreads * (65536 / kThreads / 8 * 8);
   static_assert(kProducerThreads * kProducerRegs + kConsumers * kConsumerRegs <= kPool, "the block's registers");
   static_assert(Dq % 16 == 0 && Dq <= 256, "whole k16 steps of S");
