@@ -227,11 +227,10 @@ using V10Shapes = std::tuple<Shape<8, 64>, Shape<8, 128>>;
 // v13: v12's two shapes where they fit; Bc = 128 only up to d = 128 (its K and V rings take 4 Bc d
 // elements of shared memory: 192 KiB at d = 192). Above, the wider key blocks that still fit, Bc =
 // 80 at 192 and 256 (FlashAttention-3's at 256; its 112 at 192 lost to 80 at every point of the
-// sweep), one Q buffer where two do not fit; up to d = 64, three consumer warpgroups (Br = 192: FlashAttention-3's
-// 192 x 128 at d = 64, and 192 x 64, whose S, P and O leave the consumers' 160 registers room).
-// Which wins is measured (BM_shape; lab notebook, v13).
-using V13Shapes = std::tuple<Shape<8, 64, 256>, Shape<8, 128, 128>, Shape<8, 80, 256, 192>, Shape<12, 64, 64>,
-                             Shape<12, 128, 64>>;
+// sweep), one Q buffer where two do not fit; up to d = 64, three consumer warpgroups (Br = 192,
+// FlashAttention-3's 192 x 128 at d = 64; 192 x 64, half its S and P registers, lost to 128 x 128
+// at 22 of 24 points: not kept). Which wins is measured (BM_shape; lab notebook, v13).
+using V13Shapes = std::tuple<Shape<8, 64, 256>, Shape<8, 128, 128>, Shape<8, 80, 256, 192>, Shape<12, 128, 64>>;
 
 // Each shaped version: its kernel for (T, D, warps, Bc) and its rows per warp.
 struct V5 {
