@@ -572,13 +572,15 @@ BlockShape default_shape(const std::string& kernel, int64_t d, int64_t N_q, int6
   if (kernel == "v11") return default_shape("v10", d);
   // v12: v11's (the producer's registers and barriers do not change what fits).
   if (kernel == "v12") return default_shape("v11", d);
-  // v13: 128 x 128 where it fits (d <= 128), else 128 x 64. Its sweeps (bench BM_shape, H200,
-  // bf16, N = 512 ... 8192, causal or not; lab notebook, v13): 128 x 128 beat 128 x 64 at every
-  // point at d = 32 ... 128, by 7-21 %. The larger shapes win on long sequences only (2026-12-03,
-  // N = 512 ... 16384): 192 x 128 at d <= 64 from N_q = 2048 (d = 32: 1.05-1.26x, d = 64:
-  // 1.00-1.06x; at N_q = 512 and 1024 down to 0.91x: the rows padded to 192, the causal diagonal's
-  // larger blocks); 128 x 80 at d = 192 and 256 from N_k = 8192 (0.99-1.11x; below, from 0.92x to
-  // 1.03x, no clear winner). (128 x 112 at 192, FlashAttention-3's, lost to 128 x 80 at every point.)
+  // v13: 192 x 128 at d <= 64 from N_q = 2048 and 128 x 80 at d = 192, 256 from N_k = 8192; else
+  // 128 x 128 where it fits (d <= 128), 128 x 64 above. Its sweeps (bench BM_shape, H200, bf16,
+  // causal or not; lab notebook, v13): 128 x 128 beat 128 x 64 at every point at d = 32 ... 128, by
+  // 7-21 % (N = 512 ... 8192). The larger shapes win on long sequences only (2026-12-03, N = 512 ...
+  // 16384): 192 x 128 from N_q = 2048 (d = 32: 1.05-1.26x, d = 64: 1.00-1.06x; at N_q = 512 and
+  // 1024 down to 0.91x: the rows padded to 192, the causal diagonal's larger blocks); 128 x 80 from
+  // N_k = 8192 (0.99-1.11x; below, 0.91-1.03x, no clear winner). The rule reads N_q for the rows a
+  // block adds, N_k for the keys. (128 x 112 at 192, FlashAttention-3's, lost to 128 x 80 at every
+  // point.)
   if (kernel == "v13") {
     if (d <= 64 && N_q >= 2048) return {192, 128};
     if (d <= 128) return {128, 128};

@@ -36,7 +36,8 @@
 // 16384, bf16). Our reading, not profiled: the A operand read from shared memory by every wgmma
 // costs more than v12's ldmatrix of the fragments, so the registers stay where they fit. At Dq =
 // 192 they do (O 96 + S 32 + P 16 + Q 48 = 192 of 232, with Bc = 64): registers there ran
-// 1.07-1.15x SS (N = 1024 ... 16384, bf16, lab notebook "v13 at d = 192").
+// 1.07-1.15x SS (N = 1024 ... 16384, bf16, not causal; 1.01-1.15x causal or not: lab notebook
+// "v13 at d = 192").
 //
 // The head dim d reaches the kernel only through the problem (p.d: the row pitch of Q, K, V, O)
 // and the tensor maps (whose rows are d wide: TMA reads nothing past them). d must be a multiple of
@@ -119,9 +120,9 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
   constexpr int D = slab_width(Dq);  // the tiles' width in shared memory, and O's in registers
   constexpr int kQ = q_buffers(Dq, kWarps, Bc);  // Q ring size: tile number k in buffer k % kQ
   // S's A operand: Q_i's fragments in registers (v12's form) where they fit beside O, S and P
-  // (q_in_registers: up to Dq = 192 at 128 x 64, 128 at 128 x 128, 32 at 192 x 128); else the
+  // (q_in_registers: up to Dq = 192 at 128 x 64, 128 at 128 x 128, none at 192 x 128); else the
   // tensor cores read Q_i from shared memory. (Measured: SS ran 0.79x of the registers at Dq =
-  // 128 and 0.87-0.93x at 192, lab notebook v13.)
+  // 128 and 0.87-0.94x at 192, lab notebook v13.)
   constexpr bool kQInRegisters = q_in_registers(Dq, kWarps, Bc);
   constexpr int kQRegs = kQInRegisters ? Dq / 16 : 1;  // fragments of 16 dims (1: unused)
   constexpr int kConsumers = 32 * kWarps;
