@@ -81,7 +81,7 @@ const std::vector<KernelInfo>& kernels() {
        "v11 + warp specialisation: one producer thread copies Q, K, V with TMA into buffers tracked by mbarriers; the compute warpgroups wait per buffer, not on each other (FA3)",
        true, 256, true, true, true, true, true, v12::kProducerThreads},
       {"v13", "kernels/v13_every_d.cuh",
-       "v12 at every head dim up to 256: Q read by the tensor cores from shared memory, tiles of d rounded up to 64 columns that TMA fills with zeros, one Q buffer where two do not fit",
+       "v12 at every head dim up to 256: tiles of d rounded up to 64 columns that TMA fills with zeros; Q read by the tensor cores from shared memory and one Q buffer where registers and shared memory demand it; larger blocks on long sequences",
        true, 256, true, true, true, true, true, v13::kProducerThreads},
       {"v14", "kernels/v14_split_kv.cuh",
        "decode: the query heads of a kv head packed into one tile, its keys split across thread blocks, the partial states merged by stage 03's merge (split-KV)",
@@ -791,15 +791,23 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
     // not, so where v5 stands in for v13 it offers its own).
     const std::string shape_of = pl.runs == "v5" && pl.d_kernel <= 128 && name != "v13" ? name : pl.runs;
     const BlockShape def = default_shape(shape_of, pl.d_kernel, p.N_q, p.N_k);
+    const std::vector<BlockShape> shapes = block_shapes(shape_of, pl.d_kernel);
+    const auto is_compiled = [&](int64_t Br, int64_t Bc) {
+      return std::any_of(shapes.begin(), shapes.end(), [&](const BlockShape& sh) { return sh.Br == Br && sh.Bc == Bc; });
+    };
     pl.Br = cfg.Br > 0 ? cfg.Br : def.Br;
     pl.Bc = cfg.Bc > 0 ? cfg.Bc : def.Bc;
-    bool compiled = false;
-    std::string list;
-    const std::vector<BlockShape> shapes = block_shapes(shape_of, pl.d_kernel);
-    for (const BlockShape& sh : shapes) {
-      compiled = compiled || (sh.Br == pl.Br && sh.Bc == pl.Bc);
-      list += (list.empty() ? "" : ", ") + std::to_string(sh.Br) + "x" + std::to_string(sh.Bc);
+    // One side asked for (--block-k 64 alone): the other from the default, or, where that pair is
+    // not compiled (v13's long-sequence default is 192 x 128, and 192 x 64 does not exist), from
+    // the short-sequence default.
+    if ((cfg.Br > 0) != (cfg.Bc > 0) && !is_compiled(pl.Br, pl.Bc)) {
+      const BlockShape short_def = default_shape(shape_of, pl.d_kernel);
+      pl.Br = cfg.Br > 0 ? cfg.Br : short_def.Br;
+      pl.Bc = cfg.Bc > 0 ? cfg.Bc : short_def.Bc;
     }
+    const bool compiled = is_compiled(pl.Br, pl.Bc);
+    std::string list;
+    for (const BlockShape& sh : shapes) list += (list.empty() ? "" : ", ") + std::to_string(sh.Br) + "x" + std::to_string(sh.Bc);
     if (!compiled)
       throw Unsupported("--block-q/--block-k", "a " + shape_of + " shape Br x Bc among " + list +
                             (shape_of != name ? " (" + name + " runs " + shape_of + " here)" : ""),

@@ -20,7 +20,7 @@
 
 namespace fa05 {
 
-// Knobs (0 = the default). v1 takes all three; v5 ... v12 take Br and Bc among block_shapes().
+// Knobs (0 = the default). v1 takes all three; v5 ... v13 take Br and Bc among block_shapes().
 struct Config {
   int64_t sram_bytes = 0;  // v1: M, the shared memory (bytes) the blocks are sized from (default 48 KiB)
   int64_t Br = 0;          // query rows per block (v1 default: from M, FA1 Alg. 1 line 1)
@@ -82,7 +82,7 @@ struct KernelInfo {
   // What plan() and the launch need to know about it (kernels(): one row per version says it once):
   bool tensor_cores = false;  // fp16/bf16 only, at its native widths and padded ones (v2 ... v13; else v1 runs)
   bool wgmma = false;         // sm_90a only (v7 ... v13; else v5 runs, at the same block shape)
-  bool shaped = false;        // takes --block-q/--block-k among block_shapes() (v5 ... v12)
+  bool shaped = false;        // takes --block-q/--block-k among block_shapes() (v5 ... v13)
   bool persistent = false;    // as many blocks as stay resident, each walking tiles; takes
                               // --persistent-blocks (v8, v10 ... v12)
   bool tile_counter = false;  // its tiles come from a 4-byte counter, the call's workspace (v10 ... v12)

@@ -596,6 +596,15 @@ TEST_CASE("05 plan: v13 runs every head dim at the next native width, padding on
     CHECK(shape_for(d, 100000, 8191, hopper) == "128x64 v13");
     CHECK(shape_for(d, 8192, 8192, ampere) == "64x32 v5");
   }
+  // One side asked for: the other from the default where that pair is compiled, else from the
+  // short-sequence default (192 x 64 does not exist: --block-k 64 alone at a long d = 64 runs 128 x 64).
+  fa05::Config bc64 = hopper, br128 = hopper, bc128 = hopper;
+  bc64.Bc = 64, br128.Br = 128, bc128.Bc = 128;
+  CHECK(shape_for(64, 4096, 4096, bc64) == "128x64 v13");
+  CHECK(shape_for(64, 4096, 4096, br128) == "128x128 v13");
+  CHECK(shape_for(64, 4096, 4096, bc128) == "192x128 v13");
+  CHECK(shape_for(256, 8192, 8192, br128) == "128x80 v13");
+  CHECK(shape_for(256, 8192, 8192, bc64) == "128x64 v13");
   fa05::Config wide = hopper;
   wide.Br = 128, wide.Bc = 128;
   CHECK_THROWS_WITH_AS(fa05::plan("v13", fa::make_problem(1, 1, 1, 64, 64, 192, false), fa::DType::bf16, wide),

@@ -175,8 +175,8 @@ __device__ __forceinline__ void wgmma_pin(uint32_t (&r)[4]) {
 }
 
 // d (64 x N, fp32) += A (64 x 16, T, in registers: this warp's 16 rows as an m16n8k16 A fragment)
-// times B (16 x N, T, in shared memory by descriptor), N = 64 or 128 (v7 ... v13's S and O pieces)
-// or 80 (v13's S at d > 128, where Bc = 128 does not fit); d[i] is the n8 tile i.
+// times B (16 x N, T, in shared memory by descriptor), N = 64 or 128 (v7 ... v13's S and O pieces);
+// d[i] is the n8 tile i.
 // kTransB = 0: B is stored "K-major", each of its N columns a 16-element row of the tile (K_j as
 // [key][dim] for S = Q K^T); kTransB = 1: B is stored "MN-major", each of its 16 rows an
 // N-element row of the tile (V_j as [key][dim] for O += P V). Issued, not finished: see
@@ -184,18 +184,10 @@ __device__ __forceinline__ void wgmma_pin(uint32_t (&r)[4]) {
 #define FA05_D4(i) "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])
 template <class T, int N, int kTransB>
 __device__ __forceinline__ void wgmma_m64nNk16(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t desc_b) {
-  static_assert(N == 64 || N == 80 || N == 128, "v7's two widths, and v13's Bc = 80 at d > 128");
+  static_assert(N == 64 || N == 128, "the two widths v7 uses (v13's Bc = 80 reads Q from shared memory: the SS form)");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr bool bf16 = std::is_same_v<T, __nv_bfloat16>;
-  if constexpr (N == 80 && bf16)
-    asm volatile("wgmma.mma_async.sync.aligned.m64n80k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39}, {%40, %41, %42, %43}, %44, 1, 1, 1, %45;\n"
-               : FA05_D4(0), FA05_D4(1), FA05_D4(2), FA05_D4(3), FA05_D4(4), FA05_D4(5), FA05_D4(6), FA05_D4(7), FA05_D4(8), FA05_D4(9)
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(kTransB));
-  else if constexpr (N == 80)
-    asm volatile("wgmma.mma_async.sync.aligned.m64n80k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39}, {%40, %41, %42, %43}, %44, 1, 1, 1, %45;\n"
-               : FA05_D4(0), FA05_D4(1), FA05_D4(2), FA05_D4(3), FA05_D4(4), FA05_D4(5), FA05_D4(6), FA05_D4(7), FA05_D4(8), FA05_D4(9)
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(kTransB));
-  else if constexpr (N == 64 && bf16)
+  if constexpr (N == 64 && bf16)
     asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, 1, 1, 1, %37;\n"
                    : FA05_D4(0), FA05_D4(1), FA05_D4(2), FA05_D4(3), FA05_D4(4), FA05_D4(5), FA05_D4(6), FA05_D4(7)
                    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(kTransB));

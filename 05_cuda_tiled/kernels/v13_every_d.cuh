@@ -250,7 +250,8 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
       t = next_with_rows(gridDim.x + int64_t(atomicAdd(tile_counter, 1u)));
     }
   } else {
-    // ---- The consumers: v12's tile; at Dq = 256, S reads Q_i from shared memory (SS).
+    // ---- The consumers: v12's tile; where Q's fragments do not fit (q_in_registers), S reads Q_i
+    // from shared memory (SS).
     ptx::setmaxnreg_inc<kConsumerRegs>();
     const int warp = threadIdx.x / 32 - kProducerThreads / 32, lane = threadIdx.x % 32;  // warp: rows 16 warp ...
     const int wg = warp / 4;  // consumer warpgroup: rows 64 wg .. 64 wg + 63 of the tile
@@ -292,8 +293,8 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
         for (int r = 0; r < 2; ++r)
           for (int n = 0; n < D / 8; ++n) o[n][2 * r] *= alpha[r], o[n][2 * r + 1] *= alpha[r];
       };
-      // Up to Dq = 128, Q_i's fragments are loaded into registers for each S, as v12 does (Dq / 4
-      // registers); above, S reads Q_i from shared memory.
+      // Where they fit (kQInRegisters), Q_i's fragments are loaded into registers for each S, as
+      // v12 does (Dq / 4 registers); else S reads Q_i from shared memory.
       const auto load_q = [&](uint32_t(&q)[kQRegs][4]) {
         if constexpr (kQInRegisters)
           for (int k = 0; k < Dq / 16; ++k)
@@ -425,9 +426,10 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
       }
 
       // Write O_i = O_i / l and LSE = m + log(l) (lines 12-15), through this tile's Q buffer, as
-      // v12. Up to Dq = 128 the __syncwarp orders every lane's ldmatrix of these rows before the
-      // staging overwrites them (as in v12); above, the tensor cores' reads of them ended with the
-      // last S's wgmma_wait, which every warp passed before the last P V it issued with the others.
+      // v12. With Q in registers the __syncwarp orders every lane's ldmatrix of these rows before
+      // the staging overwrites them (as in v12); with SS, the tensor cores' reads of a warpgroup's
+      // 64 rows ended with its last S's wgmma_wait, which every warp passed before the last P V it
+      // issued with the others.
       T* Os = Qs + qbuf * Br * D;
       // Row i of this tile in O (rows of p.d) and in LSE: [B, H, N_q, d] and [B, H, N_q], or,
       // packed, token q0 + i of [total_q, H, d] and of head h's row of LSE [H, total_q].
@@ -456,7 +458,7 @@ forward_kernel(const T* __restrict__ Q, const T* __restrict__ K, const T* __rest
           *reinterpret_cast<uint4*>(O + o_row(i) * p.d + cv * 8) = *reinterpret_cast<const uint4*>(Os + swz<Br>(warp * 16 + rr, cv));
       }
       // The Q buffer may take the tile kQ after this one. TMA writes it next, through the async
-      // proxy: this thread's reads and writes of it (ldmatrix up to Dq = 128, the staging) are
+      // proxy: this thread's reads and writes of it (the ldmatrix of Q's fragments, the staging) are
       // ordered before that first.
       ptx::fence_proxy_async();
       release(empty_q, step);
