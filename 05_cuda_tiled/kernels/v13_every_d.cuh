@@ -77,8 +77,8 @@ using v12::kBoxCols, v12::kProducerThreads;
 
 // The register split of a block of kWarps consumer warps and the producer warpgroup, a thread
 // each (setmaxnreg): v12's 40 / 232 with two consumer warpgroups; with three (Br = 192, at Dq <=
-// 64 only) 32 / 160, FlashAttention-3's split for its three consumer warpgroups at d = 64 (read
-// in its tile-size table, not copied): 32 x 128 + 160 x 384 = 65,536, the whole register file.
+// 64 only) 32 / 160, FlashAttention-3's split for three consumer warpgroups (read in its
+// hopper/flash_fwd_kernel_sm90.h, not copied): 32 x 128 + 160 x 384 = 65,536, the whole file.
 FA_HOST_DEVICE constexpr int producer_regs(int warps) { return warps == 8 ? v12::kProducerRegs : 32; }
 FA_HOST_DEVICE constexpr int consumer_regs(int warps) { return warps == 8 ? v12::kConsumerRegs : 160; }
 // Q_i's fragments stay in registers (v12's form) where the tile's big arrays fit the consumers'
