@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "baseline.hpp"
+#include "fp8.hpp"
 #include "npy.hpp"
 #include "reference.hpp"
 #include "rng.hpp"
@@ -339,12 +340,20 @@ namespace {
 // packed batch) or a VarlenForwardFn (the whole batch in one call).
 void check_forward_run(const std::function<ForwardRun(const Inputs&)>& run_stage, const Case& c, bool is_stage01,
                        Storage st) {
-  INFO("case: " << c.name << (st.dtype != DType::fp32 ? std::string(" [") + dtype_name(st.dtype) +
-                                                            (st.P_in_dtype ? ", P in dtype]" : "]")
-                                                      : std::string()));
+  INFO("case: " << c.name << (st.fp8                       ? std::string(" [e4m3 Q, K, V and P, O in bf16]")
+                               : st.dtype != DType::fp32 ? std::string(" [") + dtype_name(st.dtype) +
+                                                               (st.P_in_dtype ? ", P in dtype]" : "]")
+                                                         : std::string()));
   Inputs in = case_inputs(c);
   const bool lowp = st.dtype != DType::fp32;
-  if (lowp) {  // the stage reads the inputs in the dtype: everyone gets the rounded values
+  if (st.fp8) {  // the stage reads e4m3 blocks (conformance.hpp, Storage::fp8): everyone gets those values
+    REQUIRE(st.dtype == DType::bf16);
+    REQUIRE_MESSAGE(!in.varlen.any(), "FP8 storage is modelled for [B,H,N,d] problems only");
+    const AttnProblem& q = in.p;
+    fp8::round_e4m3_blocks(in.Q.ptr(), q.B * q.H, q.N_q, q.d, 64, "Q");
+    fp8::round_e4m3_blocks(in.K.ptr(), q.B * q.H_kv, q.N_k, q.d, 128, "K");
+    fp8::round_e4m3_blocks(in.V.ptr(), q.B * q.H_kv, q.N_k, q.d, 128, "V");
+  } else if (lowp) {  // the stage reads the inputs in the dtype: everyone gets the rounded values
     for (Tensor* t : {&in.Q, &in.K, &in.V}) {
       round_tensor(*t, st.dtype);
       REQUIRE_MESSAGE(count_nonfinite(t->ptr(), t->numel()) == 0, "inputs exceed the dtype's range");
@@ -387,8 +396,18 @@ void check_forward_run(const std::function<ForwardRun(const Inputs&)>& run_stage
   const bool naive_ok = e01O.nonfinite == 0 && e01L.nonfinite == 0;
   if (!naive_ok) CHECK(maxS > 80);  // stage 01 may only fail where its exp overflows
   double base_O = naive_ok ? e01O.max_abs : bound.O;
-  const double base_L = naive_ok ? e01L.max_abs : bound.LSE;
-  if (lowp) {  // + the error that storing O (and P) in the dtype causes by itself
+  double base_L = naive_ok ? e01L.max_abs : bound.LSE;
+  if (st.fp8) {  // + what e4m3 storage of P and O in bf16 cause, and the 13-bit accumulation
+    TensorD Os, Ls;
+    reference_forward_stored_fp8(p, in.Q, in.K, in.V, Os, Ls);
+    const double e_store = compare(Os.ptr(), O64.ptr(), Os.numel()).max_abs;
+    const double u_acc = 0x1p-13, maxV = max_abs_finite(in.V.ptr(), in.V.numel());
+    const double dS = double(p.d + 31) / 32 * u_acc * max_logit(in, true);
+    const double e_acc = (std::expm1(2 * dS) + 128.0 / 32 * u_acc) * maxV;
+    INFO("FP8: storage error of O " << e_store << ", accumulation: S " << dS << ", O " << e_acc);
+    base_O += e_store + e_acc;
+    base_L += dS;
+  } else if (lowp) {  // + the error that storing O (and P) in the dtype causes by itself
     TensorD Os, Ls;
     const DType P_dtype = st.P_in_dtype ? st.dtype : DType::fp32;
     if (in.varlen.any()) reference_varlen_forward_stored(p, in.varlen, in.Q, in.K, in.V, P_dtype, st.dtype, Os, Ls);

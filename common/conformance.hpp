@@ -94,6 +94,18 @@ Fp32Bound fp32_bound(const Inputs& in);
 struct Storage {
   DType dtype = DType::fp32;  // Q, K, V read and O written in this type
   bool P_in_dtype = false;    // P rounded to dtype before it multiplies V (tensor cores, cuBLAS)
+  // FP8 (stage 05's v15; dtype must then be bf16, O's type): Q, K, V are read in e4m3 with one
+  // power-of-two scale per 64 query rows of a (b, h) and per 128 keys of a (b, kv head)
+  // (fp8::round_e4m3_blocks: everyone gets those values), P as an e4m3 multiple of 1/256
+  // (reference_forward_stored_fp8 is the storage baseline), and the tensor cores' FP8 products
+  // accumulate with about 13 significand bits (2^-13 per 32-product step, not float32's 2^-23):
+  //   S_ij off by at most dS = (d / 32) 2^-13 A (A = max_ij scale sum_c |Q_ic K_jc|; one step a 32 dims),
+  //   O by (e^(2 dS) - 1) max|V| through the weights and (Bc / 32) 2^-13 max|V| through P V (v15
+  //   accumulates each key block of Bc = 128 on its own, then adds it in float32), LSE by dS;
+  // these terms join the baseline, and the rule is unchanged: err <= 2 baseline + floor.
+  // Source of the 13 bits: DeepSeek-V3's report (2024, section 3.3.2: "around 14 bits" retained in
+  // H800 FP8 GEMM accumulation); docs/fp8.md.
+  bool fp8 = false;
 };
 
 // Runs forward `f` on every case of the battery and CHECKs the rule above (doctest assertions;

@@ -13,9 +13,11 @@
 // and not 480. Conversion is round to nearest, ties to even, saturating: a finite value beyond 448
 // becomes +-448, as PTX's cvt.rn.satfinite.e4m3x2.f32 does (without satfinite it would be NaN).
 #pragma once
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "errors.hpp"
@@ -71,6 +73,72 @@ inline uint8_t e4m3_bits(double x) {
 // largest element at the largest finite value (FlashAttention-3's per-block scales, Sec. 3.3).
 // An all-zero block gets scale 1.
 inline double e4m3_scale(double amax) { return amax > 0 ? amax / kE4m3Max : 1.0; }
+
+// The power-of-two scale for a block whose largest |x| is amax: the smallest s = 2^k with
+// amax / s <= 448, so the largest element lands in (224, 448]. The course's FP8 kernel (v15) uses
+// these, not e4m3_scale's amax / 448: multiplying an e4m3 value by 2^k is exact in float32, so a
+// quantised tensor read back is exactly representable (the battery hands every stage the same
+// values), and quantising it again gives the same bytes and scales. What it costs: the largest
+// element sits up to one binade below 448, so the subnormal tail begins up to one binade higher;
+// values in e4m3's normal range keep the same relative precision (2^-4) whatever the scale. The
+// OCP MX formats' E8M0 scales are powers of two for the same reasons. An all-zero block gets 1.
+inline double e4m3_pow2_scale(double amax) {
+  if (!(amax > 0)) return 1.0;
+  double s = std::ldexp(1.0, std::ilogb(amax / kE4m3Max));  // 2^floor(log2(amax / 448))
+  if (amax / s > kE4m3Max) s *= 2;
+  return s;
+}
+
+// A (slices, rows, d) tensor in e4m3 with one power-of-two scale per block of rows_per_block rows
+// of one slice (a block never spans two slices; the last one of a slice may be short): element
+// (z, r, c) is e4m3_value(bits[(z rows + r) d + c]) * scales[z blocks_per_slice + r / rows_per_block].
+// What v15 reads: Q with blocks of 64 rows per (b, h), K and V with blocks of 128 keys per
+// (b, kv head) (runner_fp8.hpp).
+struct E4m3Blocks {
+  std::vector<uint8_t> bits;
+  std::vector<float> scales;
+  int64_t slices = 0, rows = 0, d = 0, rows_per_block = 0, blocks_per_slice = 0;
+};
+
+// x (slices x rows x d floats, row-major) quantised as E4m3Blocks says, each element rounded to
+// nearest even after dividing by its block's scale (exact: a power of two). Throws InputError for
+// a non-finite element (which argument: `what`) or rows_per_block < 1.
+inline E4m3Blocks quantize_e4m3_blocks(const float* x, int64_t slices, int64_t rows, int64_t d, int64_t rows_per_block,
+                                       const std::string& what = "Q/K/V") {
+  if (rows_per_block < 1) throw InputError("rows_per_block (fp8)", "at least 1", std::to_string(rows_per_block));
+  E4m3Blocks q;
+  q.slices = slices, q.rows = rows, q.d = d, q.rows_per_block = rows_per_block;
+  q.blocks_per_slice = (rows + rows_per_block - 1) / rows_per_block;
+  q.bits.resize(size_t(slices * rows * d));
+  q.scales.resize(size_t(slices * q.blocks_per_slice));
+  for (int64_t z = 0; z < slices; ++z)
+    for (int64_t b = 0; b < q.blocks_per_slice; ++b) {
+      const int64_t e0 = (z * rows + b * rows_per_block) * d, e1 = (z * rows + std::min(rows, (b + 1) * rows_per_block)) * d;
+      double amax = 0;
+      for (int64_t e = e0; e < e1; ++e) {
+        if (!std::isfinite(x[e])) throw InputError(what, "finite values to quantise to e4m3", std::to_string(x[e]));
+        amax = std::max(amax, double(std::fabs(x[e])));
+      }
+      const double s = e4m3_pow2_scale(amax);
+      q.scales[size_t(z * q.blocks_per_slice + b)] = float(s);
+      for (int64_t e = e0; e < e1; ++e) q.bits[size_t(e)] = e4m3_bits(double(x[e]) / s);
+    }
+  return q;
+}
+
+// The value of element e of q (its bits times its block's scale), exact in float32.
+inline float e4m3_blocks_value(const E4m3Blocks& q, int64_t e) {
+  const int64_t row = e / q.d, z = row / q.rows, b = (row % q.rows) / q.rows_per_block;
+  return float(e4m3_value(q.bits[size_t(e)]) * double(q.scales[size_t(z * q.blocks_per_slice + b)]));
+}
+
+// x replaced, in place, by what quantize_e4m3_blocks stores for it, read back (the battery's
+// rounding of the inputs for an FP8 stage: every stage then sees the kernel's values).
+inline void round_e4m3_blocks(float* x, int64_t slices, int64_t rows, int64_t d, int64_t rows_per_block,
+                              const std::string& what = "Q/K/V") {
+  const E4m3Blocks q = quantize_e4m3_blocks(x, slices, rows, d, rows_per_block, what);
+  for (int64_t e = 0; e < slices * rows * d; ++e) x[e] = e4m3_blocks_value(q, e);
+}
 
 // The fast Walsh-Hadamard transform of x (length n, a power of two), normalised by 1/sqrt(n): the
 // orthonormal, symmetric H_n, so H_n H_n = I. O(n log n).

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "fp8.hpp"
+
 namespace fa {
 namespace {
 
@@ -35,7 +37,8 @@ double cap(const AttnProblem& p, double s) {
 // (reference_forward_rows()).
 template <class In>
 void forward_impl(const AttnProblem& p, const In* Q, const In* K, const In* V, double* O,
-                  double* LSE, double (*store_P)(double) = nullptr, const std::vector<int64_t>* rows = nullptr) {
+                  double* LSE, double (*store_P)(double) = nullptr, const std::vector<int64_t>* rows = nullptr,
+                  double (*store_unnormalised)(double) = nullptr) {
   const int64_t B = p.B, H = p.H, Hkv = p.H_kv, Nq = p.N_q, Nk = p.N_k, d = p.d;
   const double scale = p.scale != 0.f ? double(p.scale) : 1.0 / std::sqrt(double(d));
   const int64_t group = H / Hkv;
@@ -70,7 +73,8 @@ void forward_impl(const AttnProblem& p, const In* Q, const In* K, const In* V, d
           if (seen[j]) sum += std::exp(s[j] - mx);
         for (int64_t j = 0; j < Nk; ++j) {
           if (!seen[j]) continue;
-          double pj = std::exp(s[j] - mx) / sum;
+          // store_unnormalised (FP8): the weight e^(s - m) in [0, 1] is what a kernel stores
+          double pj = store_unnormalised ? store_unnormalised(std::exp(s[j] - mx)) / sum : std::exp(s[j] - mx) / sum;
           if (store_P) pj = store_P(pj);
           const In* v = V + ((b * Hkv + hk) * Nk + j) * d;
           for (int64_t c = 0; c < d; ++c) o[c] += pj * double(v[c]);
@@ -118,6 +122,15 @@ void reference_forward_stored(const AttnProblem& p, const Tensor& Q, const Tenso
   if (P_dtype == DType::bf16) store_P = [](double x) { return double(float(lowp::BFloat16(x))); };
   forward_impl(p, Q.ptr(), K.ptr(), V.ptr(), O.ptr(), LSE.ptr(), store_P);
   for (double& o : O.data) o = round_to(O_dtype, o);
+}
+
+void reference_forward_stored_fp8(const AttnProblem& p, const Tensor& Q, const Tensor& K, const Tensor& V,
+                                  TensorD& O, TensorD& LSE) {
+  O = TensorD({p.B, p.H, p.N_q, p.d});
+  LSE = TensorD({p.B, p.H, p.N_q});
+  forward_impl(p, Q.ptr(), K.ptr(), V.ptr(), O.ptr(), LSE.ptr(), nullptr, nullptr,
+               [](double x) { return fp8::e4m3_round(256 * x) / 256; });
+  for (double& o : O.data) o = round_to(DType::bf16, o);
 }
 
 void reference_backward(const AttnProblem& p, const TensorD& Q, const TensorD& K,

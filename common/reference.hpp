@@ -41,6 +41,12 @@ void reference_forward_rows(const AttnProblem& p, const Tensor& Q, const Tensor&
 void reference_forward_stored(const AttnProblem& p, const Tensor& Q, const Tensor& K,
                               const Tensor& V, DType P_dtype, DType O_dtype, TensorD& O,
                               TensorD& LSE);
+// The same for an FP8 kernel (stage 05's v15; conformance.hpp): each weight stored as an e4m3
+// multiple of 1/256 of the row's largest, P_ij = e4m3(256 e^(S_ij - m_i)) / (256 l_i), l_i summed
+// from the unrounded weights, and O rounded to bf16. (v15 rounds against the running max of the
+// blocks so far, not the row's final one: a different rounding of the same precision, 2^-4.)
+void reference_forward_stored_fp8(const AttnProblem& p, const Tensor& Q, const Tensor& K, const Tensor& V,
+                                  TensorD& O, TensorD& LSE);
 
 // Backward of O = softmax(scale Q K^T) V for the upstream gradient dO (shape of O), in float64:
 // dV = P^T dO, dP = dO V^T, D_i = sum_c dO_ic O_ic, dS = P * (dP - D), dQ = scale dS K,
