@@ -14,6 +14,10 @@
 //                            counter GB/s of K and V read
 //   BM_decode_splits/...     v14 (N_q = 1, bf16, d = 128, no cache) at forced split counts, labelled
 //                            with the plan's own choice: the measurement behind split_kv_plan()
+//   BM_fp8/...               v15 (FP8, d = 128) on the paper's grid: mode 0 from bf16 inputs (the
+//                            quantisation, V's transpose and the kernel), mode 1 from e4m3 inputs
+//                            with their scales (the transpose and the kernel); beside v13 in bf16
+//                            (BM_attn/kernel:12/dtype:2/.../d:128) in the same process
 // Counters: TFLOP/s (forward 4*B*H*N_q*N_k*d, halved for causal, FlashAttention's convention),
 //   pct_peak (of the datasheet's dense peak: fp32 66.9, bf16 989.4 TFLOP/s for the H100/H200 SXM),
 //   gpu_extra_bytes (the kernel's workspace, measured by the counted device buffers). The share
@@ -38,6 +42,7 @@
 #include "devstats.hpp"
 #include "event_timer.hpp"
 #include "runner.hpp"
+#include "runner_fp8.hpp"
 
 namespace {
 
@@ -115,6 +120,48 @@ void BM_attn(benchmark::State& state) {
   const std::string kernel = fa05::kernels()[size_t(state.range(0))].name;
   time_forward(state, kernel, fa::DType(state.range(1)),
                paper_problem(state.range(2), state.range(3), state.range(4) != 0), {});
+}
+
+// v15 (FP8). Args: N, causal, mode (0: bf16 in, quantised on the GPU each call; 1: e4m3 in).
+// TFLOP/s count the same FLOPs as bf16's (pct_peak is of bf16's 989.4; FP8's dense peak is twice that).
+void BM_fp8(benchmark::State& state) {
+  const fa::AttnProblem p = paper_problem(state.range(0), 128, state.range(1) != 0);
+  const bool e4m3_in = state.range(2) != 0;
+  const fa::DType t = fa::DType::bf16;
+  const int64_t set_bytes = 2 * (p.q_elems() + 2 * p.kv_elems());
+  const int sets = fa::bench::input_sets(set_bytes);
+  std::vector<const void*> Q, K, V;
+  for (int s = 0; s < sets; ++s) {
+    Q.push_back(random_tensor(p.q_elems(), t, 10 + 3 * s));
+    K.push_back(random_tensor(p.kv_elems(), t, 11 + 3 * s));
+    V.push_back(random_tensor(p.kv_elems(), t, 12 + 3 * s));
+  }
+  // e4m3 inputs: random bytes of finite values (patterns 0 ... 0x7D, either sign), scales 2^-7.
+  const auto bytes = [](int64_t n, uint64_t x) {
+    std::vector<uint8_t> h(static_cast<size_t>(n));
+    for (uint8_t& b : h) x ^= x << 13, x ^= x >> 7, x ^= x << 17, b = uint8_t((x >> 8) % 0x7E | ((x >> 40) & 0x80));
+    auto* d = new fa::DeviceBuffer<uint8_t>(n, fa::Mem::Io);  // lives for the process, as random_tensor's
+    FA_CUDA_CHECK(cudaMemcpy(d->get(), h.data(), size_t(n), cudaMemcpyHostToDevice));
+    return d->get();
+  };
+  const auto scales = [](int64_t n) {
+    std::vector<float> h(static_cast<size_t>(n), 0x1p-7f);
+    auto* d = new fa::DeviceBuffer<float>(n, fa::Mem::Io);
+    FA_CUDA_CHECK(cudaMemcpy(d->get(), h.data(), size_t(n) * 4, cudaMemcpyHostToDevice));
+    return d->get();
+  };
+  fa05::Fp8Inputs in8;
+  if (e4m3_in)
+    in8 = {bytes(p.q_elems(), 1), bytes(p.kv_elems(), 2), bytes(p.kv_elems(), 3), scales(p.B * p.H * fa05::fp8_q_blocks(p)),
+           scales(p.B * p.H_kv * fa05::fp8_kv_blocks(p)), scales(p.B * p.H_kv * fa05::fp8_kv_blocks(p))};
+  fa::DeviceBuffer<uint8_t> O(2 * p.q_elems(), fa::Mem::Io);
+  fa::DeviceBuffer<float> LSE(p.lse_elems(), fa::Mem::Io);
+  auto launch = [&](int s) {
+    if (e4m3_in) fa05::forward_fp8_e4m3(p, in8, O.get(), LSE.get(), {}, nullptr);
+    else fa05::forward_fp8(p, Q[size_t(s)], K[size_t(s)], V[size_t(s)], O.get(), LSE.get(), {}, nullptr);
+  };
+  fa::bench::time_launches(state, e4m3_in ? 1 : sets, p.forward_flops(), t, launch);
+  state.SetLabel(e4m3_in ? "v15:e4m3 in" : "v15:bf16 in");
 }
 
 // v1 at shared-memory budgets M (KiB): the block-size sweep. Args: M_KiB, dtype, N, d, causal.
@@ -259,6 +306,8 @@ BENCHMARK(BM_attn)->Apply(attn_grid)->UseManualTime()->MinTime(0.1)->Unit(benchm
 BENCHMARK(BM_v1_sram)->Apply(sram_grid)->UseManualTime()->MinTime(0.1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_decode_cache)->Apply(decode_grid)->UseManualTime()->MinTime(0.1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_decode_splits)->Apply(splits_grid)->UseManualTime()->MinTime(0.1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_fp8)->ArgsProduct({{512, 1024, 2048, 4096, 8192, 16384}, {0, 1}, {0, 1}})->ArgNames({"N", "causal", "mode"})
+    ->UseManualTime()->MinTime(0.1)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_shape)->Apply(shape_grid)->UseManualTime()->MinTime(0.1)->Unit(benchmark::kMillisecond);
 
 int main(int argc, char** argv) { return fa::bench::gpu_benchmark_main(argc, argv, "bench_05_cuda_tiled"); }

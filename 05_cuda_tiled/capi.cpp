@@ -12,6 +12,7 @@
 #include "device_buffer.hpp"
 #include "fa05.h"
 #include "runner.hpp"
+#include "runner_fp8.hpp"
 
 namespace {
 
@@ -39,11 +40,9 @@ int check_gpu() {
 }
 
 // Each pointer must be device (or managed) memory: a host pointer would fault inside a kernel,
-// a sticky error that breaks the caller's CUDA context for good.
+// a sticky error that breaks the caller's CUDA context for good. names[i] names ptrs[i].
 template <size_t N>
-int check_device_pointers(const void* const (&ptrs)[N]) {
-  static_assert(N == 5 || N == 7, "Q, K, V, O, LSE (and a packed batch's offsets)");
-  const char* names[7] = {"Q", "K", "V", "O", "LSE", "cu_seqlens_q", "cu_seqlens_k"};
+int check_device_pointers(const void* const (&ptrs)[N], const char* const (&names)[N]) {
   for (size_t i = 0; i < N; ++i) {
     cudaPointerAttributes a{};
     if (cudaPointerGetAttributes(&a, ptrs[i]) != cudaSuccess) {
@@ -54,6 +53,10 @@ int check_device_pointers(const void* const (&ptrs)[N]) {
       return fail(FA05_INVALID_ARGUMENT, std::string(names[i]) + ": expected a device pointer, found host memory");
   }
   return FA05_OK;
+}
+int check_device_pointers(const void* const (&ptrs)[5]) { return check_device_pointers(ptrs, {"Q", "K", "V", "O", "LSE"}); }
+int check_device_pointers(const void* const (&ptrs)[7]) {
+  return check_device_pointers(ptrs, {"Q", "K", "V", "O", "LSE", "cu_seqlens_q", "cu_seqlens_k"});
 }
 
 // The problem, checked as the CLI checks it (fa::validate) plus the C-only cases.
@@ -140,6 +143,38 @@ int fa05_forward_variant(const char* kernel, const void* Q, const void* K, const
   p.window_left = window_left, p.window_right = window_right, p.softcap = softcap;
   if (int s = guarded([&] { fa::validate(p); })) return s;  // a side below -1, a softcap < 0 or not finite
   return forward_problem(kernel, Q, K, V, O, LSE, p, t, stream);
+}
+
+int fa05_forward_fp8(const void* Q, const void* K, const void* V, void* O, float* LSE, int64_t B, int64_t H,
+                     int64_t H_kv, int64_t N_q, int64_t N_k, int64_t d, int causal, float scale, void* stream) {
+  g_error.clear();
+  fa::AttnProblem p;
+  fa::DType t;
+  if (int s = make_problem("v15", B, H, H_kv, N_q, N_k, d, FA05_BF16, causal, scale, p, t)) return s;
+  if (!Q || !K || !V || !O || !LSE) return fail(FA05_INVALID_ARGUMENT, "Q, K, V, O, LSE: expected device pointers, found NULL");
+  if (int s = guarded([&] { fa05::plan_fp8(p); })) return s;
+  if (int s = check_gpu()) return s;
+  if (int s = check_device_pointers({Q, K, V, O, LSE})) return s;
+  return guarded([&] { fa05::forward_fp8(p, Q, K, V, O, LSE, fa05::Config{}, static_cast<cudaStream_t>(stream)); });
+}
+
+int fa05_forward_fp8_e4m3(const void* Q, const void* K, const void* V, const float* scale_q, const float* scale_k,
+                          const float* scale_v, void* O, float* LSE, int64_t B, int64_t H, int64_t H_kv, int64_t N_q,
+                          int64_t N_k, int64_t d, int causal, float scale, void* stream) {
+  g_error.clear();
+  fa::AttnProblem p;
+  fa::DType t;
+  if (int s = make_problem("v15", B, H, H_kv, N_q, N_k, d, FA05_BF16, causal, scale, p, t)) return s;
+  if (!Q || !K || !V || !O || !LSE || !scale_q || !scale_k || !scale_v)
+    return fail(FA05_INVALID_ARGUMENT, "Q, K, V, their scales, O, LSE: expected device pointers, found NULL");
+  if (int s = guarded([&] { fa05::plan_fp8(p); })) return s;
+  if (int s = check_gpu()) return s;
+  if (int s = check_device_pointers({Q, K, V, O, LSE, scale_q, scale_k, scale_v},
+                                    {"Q", "K", "V", "O", "LSE", "scale_q", "scale_k", "scale_v"}))
+    return s;
+  return guarded([&] {
+    fa05::forward_fp8_e4m3(p, {Q, K, V, scale_q, scale_k, scale_v}, O, LSE, fa05::Config{}, static_cast<cudaStream_t>(stream));
+  });
 }
 
 int fa05_forward_kvcache(const char* kernel, const void* Q, const void* K, const void* V, void* O,

@@ -99,6 +99,21 @@ FA05_API int fa05_forward_varlen(const char* kernel, const void* Q, const void* 
                         int64_t H, int64_t H_kv, int64_t d, int dtype, int causal, float scale,
                         int64_t window_left, int64_t window_right, float softcap, void* stream);
 
+/* FP8 forward (issue 35; kernel v15, FlashAttention-3's FP8 design: docs/fp8.md), d = 128, on an
+ * sm_90a GPU (FA05_UNSUPPORTED elsewhere, and for another d). Layout, causal and scale as
+ * fa05_forward; O is bf16. fa05_forward_fp8 takes Q, K, V in bf16 and quantises them on the GPU
+ * to e4m3 with one power-of-two scale per 64 query rows of a (batch, head) and per 128 keys of a
+ * (batch, kv head) (the smallest 2^k with max |x| <= 448 2^k); fa05_forward_fp8_e4m3 takes them
+ * already in e4m3 (torch.float8_e4m3fn), with those scales as float32 device arrays:
+ *   scale_q [B H, ceil(N_q / 64)], scale_k and scale_v [B H_kv, ceil(N_k / 128)], slice-major
+ * (element x of a block stands for x * its scale; any positive finite scale works, not only
+ * powers of two). Both allocate workspace (V transposed; fa05_forward_fp8 also the e4m3 copies).
+ * A non-finite bf16 input gives NaN in the rows it reaches. Returns an fa05_status. */
+FA05_API int fa05_forward_fp8(const void* Q, const void* K, const void* V, void* O, float* LSE, int64_t B, int64_t H,
+                     int64_t H_kv, int64_t N_q, int64_t N_k, int64_t d, int causal, float scale, void* stream);
+FA05_API int fa05_forward_fp8_e4m3(const void* Q, const void* K, const void* V, const float* scale_q,
+                          const float* scale_k, const float* scale_v, void* O, float* LSE, int64_t B, int64_t H,
+                          int64_t H_kv, int64_t N_q, int64_t N_k, int64_t d, int causal, float scale, void* stream);
 /* Bytes of GPU workspace fa05_forward allocates for this problem (0 for the FlashAttention
  * kernels but v10 ... v13, whose tile counter takes 4; O(N^2) for "cublas"; plus zero-padded copies
  * of Q, K, V, O where d needs them), written to *bytes.

@@ -5,6 +5,7 @@
 #include "adapter.hpp"
 #include "kv_cache.hpp"
 #include "runner.hpp"
+#include "runner_fp8.hpp"
 #include "stage.hpp"
 #include "varlen.hpp"
 
@@ -20,6 +21,21 @@ inline fa::ForwardFn stage_05_forward(const std::string& kernel, fa::DType dtype
       [kernel, cfg](const fa::AttnProblem& p, fa::DType t) { return fa05::plan(kernel, p, t, cfg).workspace_bytes; });
   return [=](const fa::AttnProblem& p, const float* Q, const float* K, const float* V, float* O, float* LSE) {
     fa05::plan(kernel, p, dtype, cfg);
+    on_gpu(p, Q, K, V, O, LSE);
+  };
+}
+
+// The ForwardFn of v15, the FP8 kernel (runner_fp8.hpp): Q, K, V go to the GPU in bf16 and are
+// quantised there to e4m3 blocks (the bf16 values of a battery's inputs, already e4m3 times a
+// power of two, come through that exactly); O comes back from bf16. Refuses (Unsupported) what
+// plan_fp8 refuses before anything touches the GPU.
+inline fa::ForwardFn stage_05_fp8_forward(const fa05::Config& cfg = {}) {
+  fa::ForwardFn on_gpu = fa::gpu_forward(
+      [cfg](const fa::AttnProblem& p, fa::DType, const void* Q, const void* K, const void* V, void* O, float* LSE,
+            cudaStream_t stream) { fa05::forward_fp8(p, Q, K, V, O, LSE, cfg, stream); },
+      fa::DType::bf16, [cfg](const fa::AttnProblem& p, fa::DType) { return fa05::fp8_workspace_bytes(p, cfg); });
+  return [=](const fa::AttnProblem& p, const float* Q, const float* K, const float* V, float* O, float* LSE) {
+    fa05::plan_fp8(p, cfg);
     on_gpu(p, Q, K, V, O, LSE);
   };
 }

@@ -24,6 +24,7 @@
 #include "conformance.hpp"
 #include "device_buffer.hpp"
 #include "fa05.h"
+#include "fp8.hpp"
 #include "gpu.hpp"
 #include "reference.hpp"
 #include "rng.hpp"
@@ -893,4 +894,101 @@ TEST_CASE("05: the C ABI (libfa05.so) computes what the C++ path computes") {
   int64_t huge = 0;  // S of the cuBLAS baseline for 64 heads of 2^20 x 2^14: 2^40 floats
   CHECK(fa05_workspace_bytes("cublas", 1, 64, 64, 1 << 20, 1 << 14, 64, 1, 0, &huge) == FA05_OK);
   CHECK(huge == 6 * (int64_t(64) << 34));
+}
+
+// v15 (FP8, issue 35): the battery's cases at d = 128 (its one width) and ragged shapes around its
+// 128 x 128 blocks, causal, GQA, under the FP8 rule (conformance.hpp, Storage::fp8), and the
+// RMSE of O against float64 beside what e4m3 storage alone causes (reference_forward_stored_fp8),
+// FlashAttention-3's measure. On a GPU that is not sm_90: refused, naming --dtype.
+namespace {
+const fa::Storage kFp8{fa::DType::bf16, true, true};
+double rmse_vs(const fa::Tensor& a, const fa::TensorD& b) {
+  double s = 0;
+  for (int64_t e = 0; e < a.numel(); ++e) s += (double(a[e]) - b[e]) * (double(a[e]) - b[e]);
+  return std::sqrt(s / double(std::max<int64_t>(a.numel(), 1)));
+}
+}  // namespace
+
+TEST_CASE("05 v15 (FP8): the battery at d = 128, ragged sizes, causal, GQA, and its RMSE beside storage's") {
+  const fa::ForwardFn f = stage_05_fp8_forward();
+  if (fa::gpu_compute_capability() != 90) {
+    CHECK_THROWS_AS(fa05::plan_fp8(fa::make_problem(1, 1, 1, 8, 8, 128, false)), fa05::Unsupported);
+    return;
+  }
+  int ran = 0;
+  for (const fa::Case& c : fa::forward_battery()) {
+    if (c.p.d != 128 || c.p.softcap > 0 || c.p.window_left >= 0 || c.p.window_right >= 0 || !c.cu_q.empty()) continue;
+    fa::check_forward_case(f, c, false, kFp8);
+    ++ran;
+  }
+  CHECK(ran >= 3);
+  for (auto& nn : kRaggedSizes)
+    for (bool causal : {false, true}) {
+      const fa::Case c{"v15 shape", fa::make_problem(2, 4, 2, nn[0], nn[1], 128, causal), fa::Fill::HighDims};
+      fa::check_forward_case(f, c, false, kFp8);
+    }
+  for (int64_t n : {2048, 300}) {  // MQA, a long row of key blocks
+    const fa::Case c{"v15 long", fa::make_problem(1, 8, 1, n, n + 77, 128, true), fa::Fill::Normal};
+    fa::check_forward_case(f, c, false, kFp8);
+  }
+  // RMSE against float64 (FlashAttention-3's Table 3 measure), normal inputs, N = 2048.
+  for (bool causal : {false, true}) {
+    fa::Inputs in = fa::random_inputs(fa::make_problem(1, 4, 4, 2048, 2048, 128, causal), 5);
+    for (fa::Tensor* t : {&in.Q, &in.K, &in.V}) fa::fp8::round_e4m3_blocks(t->ptr(), 4, 2048, 128, t == &in.Q ? 64 : 128);
+    const fa::ForwardRun r = fa::run_forward(f, in);
+    fa::TensorD O64, L64, Os, Ls;
+    fa::reference_forward(in.p, in.Q, in.K, in.V, O64, L64);
+    fa::reference_forward_stored_fp8(in.p, in.Q, in.K, in.V, Os, Ls);
+    double s = 0;
+    for (int64_t e = 0; e < Os.numel(); ++e) s += (Os[e] - O64[e]) * (Os[e] - O64[e]);
+    const double model = std::sqrt(s / double(Os.numel())), kernel = rmse_vs(r.O, O64);
+    MESSAGE("v15 RMSE of O vs float64 (e4m3 inputs, N = 2048, causal " << causal << "): kernel " << kernel
+            << ", storage alone " << model << ", ratio " << kernel / model);
+    CHECK(kernel <= 2 * model);  // the arithmetic (13-bit accumulation, ex2) may at most double storage's error
+  }
+}
+
+TEST_CASE("05 v15 (FP8): the same bits run after run, and the e4m3 entry point equals the bf16 one") {
+  if (fa::gpu_compute_capability() != 90) return;
+  fa::Inputs in = fa::random_inputs(fa::make_problem(2, 4, 2, 333, 901, 128, true), 3);
+  for (fa::Tensor* t : {&in.Q, &in.K, &in.V}) fa::round_tensor(*t, fa::DType::bf16);  // what the bf16 entry point reads
+  const fa::ForwardFn f = stage_05_fp8_forward();
+  const fa::ForwardRun a = fa::run_forward(f, in);
+  CHECK(a.gpu_extra_bytes == fa05::fp8_workspace_bytes(in.p));
+  for (int rep = 0; rep < 3; ++rep) {
+    const fa::ForwardRun b = fa::run_forward(f, in);
+    CHECK(fa::same_bits(a.O, b.O));
+    CHECK(fa::same_bits(a.LSE, b.LSE));
+  }
+  // The host quantiser's bytes and scales through forward_fp8_e4m3 give forward_fp8's bits.
+  const fa::AttnProblem& p = in.p;
+  const fa::fp8::E4m3Blocks q = fa::fp8::quantize_e4m3_blocks(in.Q.ptr(), p.B * p.H, p.N_q, p.d, 64);
+  const fa::fp8::E4m3Blocks k = fa::fp8::quantize_e4m3_blocks(in.K.ptr(), p.B * p.H_kv, p.N_k, p.d, 128);
+  const fa::fp8::E4m3Blocks v = fa::fp8::quantize_e4m3_blocks(in.V.ptr(), p.B * p.H_kv, p.N_k, p.d, 128);
+  const auto up = [](const auto& host) {
+    using T = typename std::decay_t<decltype(host)>::value_type;
+    fa::DeviceBuffer<T> d(int64_t(host.size()), fa::Mem::Io);
+    FA_CUDA_CHECK(cudaMemcpy(d.get(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+    return d;
+  };
+  auto dQ = up(q.bits), dK = up(k.bits), dV = up(v.bits);
+  auto sQ = up(q.scales), sK = up(k.scales), sV = up(v.scales);
+  fa::DeviceBuffer<uint16_t> O(p.q_elems(), fa::Mem::Io);
+  fa::DeviceBuffer<float> LSE(p.lse_elems(), fa::Mem::Io);
+  fa05::forward_fp8_e4m3(p, {dQ.get(), dK.get(), dV.get(), sQ.get(), sK.get(), sV.get()}, O.get(), LSE.get(), {}, nullptr);
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<uint16_t> o(size_t(p.q_elems()));
+  std::vector<float> lse(size_t(p.lse_elems()));
+  FA_CUDA_CHECK(cudaMemcpy(o.data(), O.get(), o.size() * 2, cudaMemcpyDeviceToHost));
+  FA_CUDA_CHECK(cudaMemcpy(lse.data(), LSE.get(), lse.size() * 4, cudaMemcpyDeviceToHost));
+  int64_t diff = 0;
+  for (size_t e = 0; e < o.size(); ++e) diff += lowp::float_from_bf16_bits(o[e]) != a.O[int64_t(e)];
+  for (size_t e = 0; e < lse.size(); ++e) diff += std::memcmp(&lse[e], &a.LSE[int64_t(e)], 4) != 0;
+  CHECK(diff == 0);
+}
+
+TEST_CASE("05 v15 (FP8): one small ragged causal GQA problem (for compute-sanitizer)") {
+  if (fa::gpu_compute_capability() != 90) return;
+  fa::check_forward_case(stage_05_fp8_forward(), fa::Case{"v15 small", fa::make_problem(1, 4, 2, 150, 301, 128, true), fa::Fill::HighDims},
+                         false, kFp8);
 }

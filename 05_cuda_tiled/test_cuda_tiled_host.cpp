@@ -21,6 +21,7 @@
 #include "npy.hpp"
 #include "reference.hpp"
 #include "runner.hpp"
+#include "runner_fp8.hpp"
 #include "test_exports.hpp"
 
 namespace {
@@ -870,6 +871,18 @@ TEST_CASE("05 C ABI: kernels listed; bad arguments answered with a status, no GP
   CHECK(fa05_forward_varlen("v13", a16, a16, a16, a16, lse, cu, cu, 2, -5, 12, 6, 7, 2, 1, 64, FA05_BF16, 1, 0.f, -1,
                             -1, 0.f, nullptr) == FA05_INVALID_ARGUMENT);
   CHECK(std::string(fa05_last_error()).find("total_q") != std::string::npos);
+  // fa05_forward_fp8 and _e4m3 (v15): NULLs refused, d != 128 refused as unsupported naming
+  // --head-dim, a bad scale named; all before the GPU.
+  const float* sc = reinterpret_cast<const float*>(mem + 192);
+  CHECK(fa05_forward_fp8(nullptr, a16, a16, a16, lse, 1, 2, 1, 8, 8, 128, 0, 0.f, nullptr) == FA05_INVALID_ARGUMENT);
+  CHECK(fa05_forward_fp8(a16, a16, a16, a16, lse, 1, 2, 1, 8, 8, 64, 0, 0.f, nullptr) == FA05_UNSUPPORTED);
+  CHECK(std::string(fa05_last_error()).find("--head-dim") != std::string::npos);
+  CHECK(fa05_forward_fp8(a16, a16, a16, a16, lse, 1, 2, 1, 8, 8, 128, 0, -1.f, nullptr) == FA05_INVALID_ARGUMENT);
+  CHECK(std::string(fa05_last_error()).find("scale") != std::string::npos);
+  CHECK(fa05_forward_fp8_e4m3(a16, a16, a16, sc, nullptr, sc, a16, lse, 1, 2, 1, 8, 8, 128, 0, 0.f, nullptr) ==
+        FA05_INVALID_ARGUMENT);
+  CHECK(fa05_forward_fp8_e4m3(a16, a16, a16, sc, sc, sc, a16, lse, 1, 3, 2, 8, 8, 128, 0, 0.f, nullptr) ==
+        FA05_INVALID_ARGUMENT);  // H % H_kv != 0
 }
 
 TEST_CASE("05 C ABI: libfa05.so exports fa05_* and nothing else") {
@@ -880,7 +893,7 @@ TEST_CASE("05 C ABI: libfa05.so exports fa05_* and nothing else") {
     if (sym.rfind("fa05_", 0) == 0) ++fa05;
     else CHECK(false);
   }
-  CHECK(fa05 == 11);  // the eleven functions of fa05.h
+  CHECK(fa05 == 13);  // the thirteen functions of fa05.h
 }
 
 TEST_CASE("05 dtypes: encode/decode round trips; rounding is to nearest even") {
@@ -1119,4 +1132,70 @@ TEST_CASE("05 KV cache: only v14 and auto take one; a paged cache needs d % 8 ==
   CHECK_THROWS_WITH_AS(fa05::plan("v14", fa::make_problem(2, 8, 2, 1, 256, 60, false), fa::DType::bf16, {}, paged),
                        doctest::Contains("--head-dim"), fa05::Unsupported);
   CHECK(fa05::plan("v14", fa::make_problem(2, 8, 2, 1, 256, 60, false), fa::DType::bf16, {}, lens).runs == "v14");
+}
+
+TEST_CASE("05 plan: v15 (FP8) runs d = 128 on Hopper in 128 x 128 blocks, and refuses the rest naming the flag") {
+  fa05::Config h;
+  h.sm = 90, h.sm_count = 132;
+  const fa::AttnProblem p = fa::make_problem(2, 8, 2, 1000, 3001, 128, true);
+  const fa05::Fp8Plan pl = fa05::plan_fp8(p, h);
+  CHECK(pl.runs == "v15");
+  CHECK(pl.Br == 128);
+  CHECK(pl.Bc == 128);
+  CHECK(pl.threads == 384);
+  CHECK(pl.tiles == 2 * 8 * 8);  // ceil(1000 / 128) = 8 query blocks per (b, h)
+  CHECK(pl.blocks == 128);       // fewer tiles than SMs: one block each
+  CHECK(pl.smem_bytes == 6 * 128 * 128 + 1024);
+  CHECK(pl.N_k16 == 3008);
+  CHECK(pl.workspace_bytes == 2 * 2 * 128 * 3008 + 16);  // V^T, then the tile counter
+  CHECK(fa05::fp8_q_blocks(p) == 16);
+  CHECK(fa05::fp8_kv_blocks(p) == 24);
+  CHECK(fa05::fp8_workspace_bytes(p, h) == pl.workspace_bytes + p.q_elems() + 2 * p.kv_elems() + 4 * (16 * 16 + 2 * 4 * 24) + 64);
+  h.persistent_blocks = 5;
+  CHECK(fa05::plan_fp8(p, h).blocks == 5);
+  h.persistent_blocks = 0;
+  CHECK(fa05::plan_fp8(fa::make_problem(1, 1, 1, 5, 1, 128, false), h).workspace_bytes == 2048 + 16);  // V^T: 16 keys x 128 dims
+  const auto refused = [&](const fa::AttnProblem& q, const fa05::Config& c, const std::string& flag) {
+    INFO(q.describe() << " flag " << flag);
+    try {
+      fa05::plan_fp8(q, c);
+      FAIL("not refused");
+    } catch (const fa05::Unsupported& e) {
+      CHECK(std::string(e.what()).find(flag) != std::string::npos);
+    }
+  };
+  refused(fa::make_problem(1, 2, 1, 64, 64, 64, false), h, "--head-dim");
+  fa::AttnProblem w = fa::make_problem(1, 2, 1, 64, 64, 128, false);
+  w.window_left = 16;
+  refused(w, h, "--window");
+  w = fa::make_problem(1, 2, 1, 64, 64, 128, false);
+  w.softcap = 30.f;
+  refused(w, h, "--softcap");
+  fa05::Config a = h;
+  a.sm = 80;
+  refused(p, a, "--dtype");
+  a = h;
+  a.Br = 64;
+  refused(p, a, "--block-q");
+  CHECK_THROWS_AS(fa05::plan_fp8(fa::make_problem(1, 2, 3, 64, 64, 128, false), h), fa::InputError);  // H % H_kv
+}
+
+TEST_CASE("05 v15: V^T's key order is a permutation of each 16 that puts the S accumulator's keys where P V's A wants them") {
+  // Thread t4 of a quad holds S's columns 8 n + 2 t4 and + 1 of each n8 tile n (mma's C layout);
+  // the 8-bit A operand takes k = 4 t4 ... 4 t4 + 3 and 16 + 4 t4 ... of each 32 (ptx.cuh, "FP8").
+  // v15's pack_p gives registers k = 4 t4 + i the scores of tiles 4 k' + 2 hi + i / 2, column
+  // 2 t4 + i % 2: key 16 hi + 8 (i / 2) + 2 t4 + i % 2. V^T column k must hold that key.
+  for (int c0 = 0; c0 < 128; c0 += 32)
+    for (int hi = 0; hi < 2; ++hi)
+      for (int t4 = 0; t4 < 4; ++t4)
+        for (int i = 0; i < 4; ++i) {
+          const int k = c0 + 16 * hi + 4 * t4 + i, key = c0 + 16 * hi + 8 * (i / 2) + 2 * t4 + i % 2;
+          CHECK(fa05::vt_key(k) == key);
+        }
+  std::vector<int> seen(256, 0);
+  for (int k = 0; k < 256; ++k) {
+    CHECK(fa05::vt_key(k) / 16 == k / 16);  // within its group of 16: padding to 16 keeps every key
+    ++seen[size_t(fa05::vt_key(k))];
+  }
+  for (int n : seen) CHECK(n == 1);
 }

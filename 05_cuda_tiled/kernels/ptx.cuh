@@ -265,6 +265,62 @@ __device__ __forceinline__ void wgmma_m64nNk16_ss(float (&d)[N / 8][4], uint64_t
 #endif
   }
 }
+
+// ---- Hopper (sm_90a): FP8 (e4m3) wgmma, for v15 (v15_fp8.cuh; issue 35). PTX ISA, wgmma
+// ".m64nNk32" with .e4m3 operands. Four differences from the 16-bit forms above:
+//   k is 32 (a k-step is still 32 bytes of a 128-byte swizzled row, so descriptors advance the same);
+//   both operands must be K-major: no transpose immediates exist for 8-bit types, which is why V
+//   reaches v15 transposed (V^T, keys contiguous: runner_fp8.cu's pre-pass);
+//   A in registers is 4 x .b32 of 4 e4m3 each: warp w's rows 16 w + g (registers 0, 2) and + 8
+//   (1, 3), bytes k = 4 t4 .. 4 t4 + 3 (registers 0, 1) and 16 + 4 t4 ... (2, 3), g = lane / 4,
+//   t4 = lane % 4 (mma.m16n8k32's A fragment, stacked), which is NOT where the fp32 accumulator
+//   of S puts P's columns (2 t4, 2 t4 + 1 in each n8 tile): v15's pack_p and V^T's key order say how
+//   that is squared;
+//   the accumulation into D keeps about 13 significand bits, not float32's 23 (measured by others;
+//   docs/fp8.md), so v15 gives each key block's P V its own accumulator (scale_d = 0) and adds it
+//   to O in float32.
+// scale_d: 1 accumulates into d, 0 overwrites it (d = A B), as the predicate operand of wgmma.
+// d (64 x 128, fp32) (+)= A (64 x 32, e4m3, shared memory by descriptor) B (32 x 128, e4m3, K-major).
+__device__ __forceinline__ void wgmma_m64n128k32_e4m3_ss(float (&d)[16][4], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"
+               " wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1;\n}\n"
+               : FA05_D4(0), FA05_D4(1), FA05_D4(2), FA05_D4(3), FA05_D4(4), FA05_D4(5), FA05_D4(6), FA05_D4(7),
+                 FA05_D4(8), FA05_D4(9), FA05_D4(10), FA05_D4(11), FA05_D4(12), FA05_D4(13), FA05_D4(14), FA05_D4(15)
+               : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+#else
+  (void)d, (void)desc_a, (void)desc_b, (void)scale_d;
+  __trap();  // sm_90a only; the runner never launches v15 elsewhere
+#endif
+}
+// The same with A in registers (the layout above): v15's O_j = P_j V_j.
+__device__ __forceinline__ void wgmma_m64n128k32_e4m3_rs(float (&d)[16][4], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %69, 0;\n"
+               " wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+               : FA05_D4(0), FA05_D4(1), FA05_D4(2), FA05_D4(3), FA05_D4(4), FA05_D4(5), FA05_D4(6), FA05_D4(7),
+                 FA05_D4(8), FA05_D4(9), FA05_D4(10), FA05_D4(11), FA05_D4(12), FA05_D4(13), FA05_D4(14), FA05_D4(15)
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+#else
+  (void)d, (void)a, (void)desc_b, (void)scale_d;
+  __trap();
+#endif
+}
+// Four floats as four e4m3 in one register, x0 in the lowest byte (round to nearest even,
+// saturating at +-448: cvt.rn.satfinite.e4m3x2.f32 puts its first source in the upper byte).
+__device__ __forceinline__ uint32_t pack4_e4m3(float x0, float x1, float x2, float x3) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  uint32_t r;
+  asm("{\n .reg .b16 lo, hi;\n cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\n cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n"
+      " mov.b32 %0, {lo, hi};\n}\n"
+      : "=r"(r)
+      : "f"(x0), "f"(x1), "f"(x2), "f"(x3));
+  return r;
+#else
+  (void)x0, (void)x1, (void)x2, (void)x3;
+  return 0;  // e4m3 conversion needs sm_89; v15 runs on sm_90a only
+#endif
+}
 #undef FA05_D4
 // d[kAt .. kAt + N/8) (64 x N, fp32) += A (64 x 16) times B (16 x N), both in shared memory by
 // descriptor, N = 16, 32 or 64, transposes as wgmma_m64n64k16_ss: the SS form writing a slice of a
@@ -408,6 +464,19 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const void* tensor_map, i
           smem_u32(dst)),
       "l"(reinterpret_cast<uint64_t>(tensor_map)), "r"(x), "r"(y), "r"(z), "r"(smem_u32(bar))
       : "memory");
+}
+// Named barriers (PTX ISA, "bar.sync" / "bar.arrive"): hardware barriers 1 ... 15 of the thread
+// block (0 is __syncthreads'), each completing when `threads` threads (a multiple of 32) have
+// arrived. sync arrives and waits; arrive only counts, without waiting. v15 passes its two
+// consumer warpgroups' turn at the tensor cores back and forth with two of them (ping-pong).
+// (Immediate ids: with an id in a register ptxas reserves all 16 barriers.)
+template <int Id, int Threads>
+__device__ __forceinline__ void named_bar_sync() {
+  asm volatile("bar.sync %0, %1;\n" ::"n"(Id), "n"(Threads) : "memory");
+}
+template <int Id, int Threads>
+__device__ __forceinline__ void named_bar_arrive() {
+  asm volatile("bar.arrive %0, %1;\n" ::"n"(Id), "n"(Threads) : "memory");
 }
 // The warpgroup's registers per thread become N (a multiple of 8, 24 ... 256): dec hands registers
 // back to the thread block's pool (what it got at launch), inc takes them from it, waiting until
