@@ -1199,3 +1199,21 @@ TEST_CASE("05 v15: V^T's key order is a permutation of each 16 that puts the S a
   }
   for (int n : seen) CHECK(n == 1);
 }
+
+TEST_CASE("05 program: --dtype fp8 runs v15, and refuses what v15 does not take in one line, exit 2") {
+  const auto refused = [](const std::string& args, const std::string& flag) {
+    INFO(args);
+    const Result r = run(args);
+    CHECK(r.code == 2);
+    CHECK(r.out.empty());
+    CHECK(lines(r.err) == 1);
+    CHECK(r.err.find(flag) != std::string::npos);
+  };
+  refused("--dtype fp8", "--head-dim");  // the embedded default input has d = 32
+  refused("--dtype fp8 --head-dim 64 --seq-q 64 --seq-k 64", "--head-dim");
+  refused("--dtype fp8 --head-dim 128 --seq-q 64 --seq-k 64 --kernel v13", "--kernel");
+  refused("--dtype fp8 --head-dim 128 --seq-q 64 --seq-k 64 --window 8,0", "--window");
+  refused("--dtype fp8 --head-dim 128 --seq-q 1 --seq-k 64 --cache-lens 3", "--dtype");
+  refused("--kernel v15 --dtype bf16 --head-dim 128 --seq-q 64 --seq-k 64", "--kernel");
+  if (fa::gpu_compute_capability() < 0) refused("--dtype fp8 --head-dim 128 --seq-q 64 --seq-k 64", "GPU");
+}

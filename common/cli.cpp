@@ -59,7 +59,7 @@ void add_common_flags(CLI::App& app, CliFlags& f, bool backward, bool outputs) {
   k->needs(q)->needs(v);
   v->needs(q)->needs(k);
   for (auto* o : f.shape_opts) o->excludes(q)->excludes(k)->excludes(v);
-  app.add_option("--dtype", f.dtype, "element type: fp32 (the default; the only one CPU stages take), fp16 or bf16 (GPU stages)");
+  app.add_option("--dtype", f.dtype, "element type: fp32 (the default; the only one CPU stages take), fp16 or bf16 (GPU stages), fp8 (stage 05: e4m3 with block scales, kernel v15, d = 128, Hopper)");
   if (outputs) {
     app.add_option("--out", f.out, "write O as .npy (float32, [B,H,N_q,d]; a packed batch: [total_q,H,d])");
     app.add_option("--lse", f.lse, "write LSE as .npy (float32, [B,H,N_q], natural log; a packed batch: [H,total_q])");
@@ -515,8 +515,20 @@ int stage_main(int argc, char** argv, const Stage& stage,
     // the flags (stage 06's --device): copy the stage after it.
     DType dtype = DType::fp32;
     ForwardFn fwd;
-    if (stage.forward_for) fwd = stage.forward_for(dtype = parse_dtype(f.dtype));
-    else check_dtype(f);
+    if (f.dtype == "fp8") {  // stage 05's v15: its inputs are checked and uploaded as bf16
+      if (!stage.fp8_forward)
+        throw InputError("--dtype", stage.forward_for ? "fp32, fp16 or bf16 (" + stage.name + " has no FP8 kernel)"
+                                                      : "fp32 (this program computes in fp32)",
+                         "'fp8'");
+      if (cache || varlen)
+        throw InputError("--dtype", "fp32, fp16 or bf16 with a KV cache or a packed batch (the FP8 kernel takes neither)", "'fp8'");
+      fwd = stage.fp8_forward();
+      dtype = DType::bf16;
+    } else if (stage.forward_for) {
+      fwd = stage.forward_for(dtype = parse_dtype(f.dtype));
+    } else {
+      check_dtype(f);
+    }
     Stage st = stage;
     if (fwd) st.forward = fwd;
     // forward_for may have chosen a GPU path (stage 06 --device gpu), which takes no packed batch.

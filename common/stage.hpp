@@ -51,6 +51,11 @@ struct Stage {
   // GPU stages: the forward for an element type (--dtype fp32|fp16|bf16: Q, K, V rounded to it
   // and O stored in it). Empty for the CPU stages, which compute in fp32 and refuse other dtypes.
   std::function<ForwardFn(DType)> forward_for = {};
+  // A GPU stage with an FP8 kernel (stage 05's v15): the forward for --dtype fp8 (Q, K, V go to
+  // the GPU in bf16 and are quantised there to e4m3 with block scales; O comes back from bf16).
+  // stage_main range-checks the inputs and calls precheck as for bf16. Empty: --dtype fp8 is
+  // refused, naming the stage.
+  std::function<ForwardFn()> fp8_forward = {};
   // GPU stages: what can be refused before anything runs (the kernel does not support the
   // problem, an input value overflows the dtype, there is no usable GPU). stage_main calls it
   // with in == nullptr as soon as the shape flags give the problem (before inputs are made), and
