@@ -445,7 +445,7 @@ TEST_CASE("docs: every glossary term a lesson uses is defined in place or linked
     if (e.is_directory() && std::regex_match(e.path().filename().string(), std::regex(R"(^\d\d_\w+$)")) &&
         fs::exists(e.path() / "README.md"))
       lessons.push_back(e.path() / "README.md");
-  for (const char* doc : {"cuda_primer.md", "pytorch.md", "decode.md", "variants.md"})
+  for (const char* doc : {"cuda_primer.md", "pytorch.md", "decode.md", "variants.md", "fp8.md"})
     if (fs::exists(root / "docs" / doc)) lessons.push_back(root / "docs" / doc);
   REQUIRE(lessons.size() >= 7);
   const std::set<std::string> ids = anchors(glossary);

@@ -17,6 +17,9 @@ drawn from the structure of the code it explains; the numbers in them are the co
   diagram_varlen_tiles.png             stage 05 v13's packed batch: the token axis split at
                                        cu_seqlens, the tiles sequence by sequence (empty ones lead
                                        a short sequence's range), the producers' claims and jumps
+  diagram_fp8_v15.png                  stage 05 v15 (docs/fp8.md): where S's accumulator puts a quad's
+                                       scores, where the 8-bit A operand wants them, V^T's key order
+                                       that makes them agree, and the two warpgroups' ping-pong
   diagram_bwd_v4_wide.png              stage 06's gpu_v4: who owns what in its two warpgroups at
                                        d = 128 (each its 64 keys) and at d = 192 / 256 (the keys
                                        shared; S^T, dP^T split by queries, dK, dV, dQ by head dims)
@@ -1394,6 +1397,57 @@ def bwd_v4_wide(out):
     save(fig, out, "diagram_bwd_v4_wide.png")
 
 
+# ---- stage 05 v15: FP8's operand layout and the ping-pong ---------------------------------------
+def vt_key(k):
+    """runner_fp8.hpp's vt_key: the key that column k of V^T holds (a permutation of each 16)."""
+    return (k & ~15) | (2 * ((k >> 2) & 3) + (k & 1) + 8 * ((k >> 1) & 1))
+
+
+def fp8_v15(out):
+    fig, ax = canvas(5.6, (-7.8, 33.2), (-4.6, 12.2), "v15 (FP8): P's registers, V^T's key order, and the ping-pong")
+    lane_c = [tint(c, 0.45) for c in WARP_C]
+    # Row g of S (fp32 accumulator, m64nNk16 C layout): key c sits in lane t4 = (c % 8) / 2.
+    rows = [(9.2, "S accumulator\n(fp32), row g:\nkey held by lane t4", [(c, (c % 8) // 2) for c in range(32)]),
+            (6.2, "P as 8-bit A\noperand, k = 0..31:\nlane t4 holds\n4t4..4t4+3, 16+..",
+             [(vt_key(k), (k % 16) // 4) for k in range(32)]),
+            (3.2, "V^T column k\nholds key vt_key(k)", [(vt_key(k), None) for k in range(32)])]
+    for y, label, cells in rows:
+        ax.text(-0.4, y + 0.5, label, ha="right", va="center", fontsize=8.5)
+        for x, (key, lane) in enumerate(cells):
+            fc = lane_c[lane] if lane is not None else tint(KV_C, 0.6)
+            ax.add_patch(Rectangle((x, y), 1, 1, facecolor=fc, edgecolor="white", lw=0.8))
+            ax.text(x + 0.5, y + 0.5, str(key), ha="center", va="center", fontsize=7.5)
+        ax.add_patch(Rectangle((0, y), 32, 1, facecolor="none", edgecolor=INK, lw=1.0))
+    for k in (0, 1, 2, 3):  # lane 0's four scores of the first 16 keys: where pack_p puts them
+        key = vt_key(k)
+        arrow(ax, key + 0.5, 9.15, k + 0.5, 7.25, color=MASK_C, lw=1.0, ms=8)
+    ax.text(16, 10.75, "each cell: a key of one 32-key step; colour: the lane of the quad (t4 = 0 .. 3) that holds it",
+            ha="center", fontsize=8.5, color=MUTED)
+    ax.text(21.5, 8.55, "pack_p: lane t4's keys 2t4, 2t4+1, 8+2t4, 9+2t4 become\nits bytes k = 4t4 .. 4t4+3 (red arrows: lane 0)",
+            ha="center", va="center", fontsize=8.5, color=MASK_C)
+    ax.text(16, 2.55, "the transpose pre-pass stores V^T's keys in that order, so P V pairs every weight with its own key",
+            ha="center", fontsize=8.5, color=MUTED)
+    # The ping-pong: schematic; order from the kernel (named barriers 1 and 2).
+    y0 = 0.6
+    ax.text(-0.4, y0 + 0.4, "WG0", ha="right", va="center", fontsize=9)
+    ax.text(-0.4, y0 - 1.0 + 0.4, "WG1", ha="right", va="center", fontsize=9)
+    for step in range(4):
+        for wg in (0, 1):
+            y, t = y0 - wg * 1.0, 7.2 * step + 3.6 * wg  # WG1's turn comes as WG0's products end
+            ax.add_patch(Rectangle((t, y), 3.6, 0.8, facecolor=tint(OK_C, 0.35), edgecolor="white"))
+            ax.text(t + 1.8, y + 0.4, f"S{step}, PV{step - 1}" if step else "S0", ha="center", va="center", fontsize=7.5)
+            ax.add_patch(Rectangle((t + 3.6, y), 3.6, 0.8, facecolor=tint(Q_C, 0.55), edgecolor="white"))
+            ax.text(t + 5.4, y + 0.4, f"softmax {step}", ha="center", va="center", fontsize=7.5)
+    ax.text(-7.6, -1.9, "green: the warpgroup's turn at the tensor cores (wgmma issued after bar.sync on its own named barrier, "
+            "then bar.arrive on the other's);\nblue: its softmax (64 x 128 exponentials on the special-function unit) while "
+            "the other warpgroup's products run. Durations schematic.", ha="left", va="center", fontsize=8, color=MUTED)
+    ax.text(-7.6, -3.6, "Block scales: one per 64 query rows (a warpgroup's), one per 128 keys of K and of V: "
+            "c_j = scale log2(e) sQ sK_j in the softmax;\nO_j = P_j V_j in an accumulator of its own, then "
+            "O = alpha O + sV_j O_j in float32 (FP8 wgmma accumulates with ~13 significand bits).",
+            ha="left", va="center", fontsize=8)
+    save(fig, out, "diagram_fp8_v15.png")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "img"))
@@ -1414,6 +1468,7 @@ def main():
         "diagram_variants_band.png": variants_band,
         "diagram_varlen_tiles.png": varlen_tiles,
         "diagram_bwd_v4_wide.png": bwd_v4_wide,
+        "diagram_fp8_v15.png": fp8_v15,
     }
     if args.only and args.only not in drawings:
         ap.error(f"--only: expected one of {', '.join(drawings)}, found {args.only}")
