@@ -38,8 +38,10 @@ inline int64_t fp8_kv_blocks(const fa::AttnProblem& p) { return (p.N_k + kFp8Row
 
 // Device tensors of forward_fp8_e4m3(): e4m3 bytes (__nv_fp8_e4m3, torch.float8_e4m3fn) in the
 // layout above, and float32 scales: sQ [B H, fp8_q_blocks], sK and sV [B H_kv, fp8_kv_blocks]
-// (the (b, h) or (b, kv head) slice major). Scales must be finite and positive (not checked on
-// the device: the host wrappers make them; a zero scale gives O = 0 rows, a NaN gives NaN).
+// (the (b, h) or (b, kv head) slice major). Scales must be finite and positive, and a slice's V
+// scales within about 2^100 of each other; none of this is checked on the device (the host
+// wrappers make powers of two from the data): a zero, non-finite or far-spread scale gives
+// meaningless or NaN rows.
 struct Fp8Inputs {
   const void* Q = nullptr;
   const void* K = nullptr;

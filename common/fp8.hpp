@@ -78,7 +78,8 @@ inline double e4m3_scale(double amax) { return amax > 0 ? amax / kE4m3Max : 1.0;
 // amax / s <= 448, so the largest element lands in (224, 448]. The course's FP8 kernel (v15) uses
 // these, not e4m3_scale's amax / 448: multiplying an e4m3 value by 2^k is exact in float32, so a
 // quantised tensor read back is exactly representable (the battery hands every stage the same
-// values), and quantising it again gives the same bytes and scales. What it costs: the largest
+// values), and quantising it again gives the same values (the same bytes and scales too, except
+// where a block's largest value rounded down to 224 s: then s / 2 and bytes twice as large). What it costs: the largest
 // element sits up to one binade below 448, so the subnormal tail begins up to one binade higher;
 // values in e4m3's normal range keep the same relative precision (2^-4) whatever the scale. The
 // OCP MX formats' E8M0 scales are powers of two for the same reasons. An all-zero block gets 1.
