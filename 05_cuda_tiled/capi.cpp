@@ -263,6 +263,8 @@ int fa05_workspace_bytes(const char* kernel, int64_t B, int64_t H, int64_t H_kv,
   fa::DType t;
   if (int s = make_problem(kernel, B, H, H_kv, N_q, N_k, d, dtype, causal, 0.f, p, t)) return s;
   if (!bytes) return fail(FA05_INVALID_ARGUMENT, "bytes: expected a pointer, found NULL");
+  // "v15" names the FP8 path: fa05_forward_fp8's workspace (e4m3 copies, scales, V^T, counter)
+  if (std::string(kernel) == "v15") return guarded([&] { *bytes = fa05::fp8_workspace_bytes(p); });
   return guarded([&] { *bytes = fa05::plan(kernel, p, t).workspace_bytes; });
 }
 

@@ -116,7 +116,8 @@ FA05_API int fa05_forward_fp8_e4m3(const void* Q, const void* K, const void* V, 
                           int64_t H_kv, int64_t N_q, int64_t N_k, int64_t d, int causal, float scale, void* stream);
 /* Bytes of GPU workspace fa05_forward allocates for this problem (0 for the FlashAttention
  * kernels but v10 ... v13, whose tile counter takes 4; O(N^2) for "cublas"; plus zero-padded copies
- * of Q, K, V, O where d needs them), written to *bytes.
+ * of Q, K, V, O where d needs them), written to *bytes. kernel "v15" gives fa05_forward_fp8's
+ * workspace (the e4m3 copies, their scales, V transposed and the tile counter; d = 128 only).
  * Returns an fa05_status. */
 FA05_API int fa05_workspace_bytes(const char* kernel, int64_t B, int64_t H, int64_t H_kv, int64_t N_q,
                          int64_t N_k, int64_t d, int dtype, int causal, int64_t* bytes);

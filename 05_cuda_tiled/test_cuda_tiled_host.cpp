@@ -1151,6 +1151,10 @@ TEST_CASE("05 plan: v15 (FP8) runs d = 128 on Hopper in 128 x 128 blocks, and re
   CHECK(fa05::fp8_q_blocks(p) == 16);
   CHECK(fa05::fp8_kv_blocks(p) == 24);
   CHECK(fa05::fp8_workspace_bytes(p, h) == pl.workspace_bytes + p.q_elems() + 2 * p.kv_elems() + 4 * (16 * 16 + 2 * 4 * 24) + 64);
+  int64_t abi_bytes = -1;  // the C ABI reports the same bytes fa05_forward_fp8 allocates
+  CHECK(fa05_workspace_bytes("v15", 2, 8, 2, 1000, 3001, 128, FA05_BF16, 1, &abi_bytes) == FA05_OK);
+  CHECK(abi_bytes == fa05::fp8_workspace_bytes(p, h));
+  CHECK(fa05_workspace_bytes("v15", 2, 8, 2, 1000, 3001, 64, FA05_BF16, 1, &abi_bytes) == FA05_UNSUPPORTED);
   h.persistent_blocks = 5;
   CHECK(fa05::plan_fp8(p, h).blocks == 5);
   h.persistent_blocks = 0;
