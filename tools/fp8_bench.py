@@ -29,7 +29,9 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(1, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 from compare_torch import open_gpu, reference, sdpa, time_ms  # noqa: E402
+from fa_course import quantize_fp8 as quantise  # noqa: E402  (v15's quantiser, in PyTorch)
 
 
 def bind(fa):
@@ -48,20 +50,6 @@ def fp8(fa, q, k, v, causal, scale, out, lse):
     if st != 0:
         raise RuntimeError(f"fa05_forward_fp8: status {st}: {fa.lib.fa05_last_error().decode()}")
     return out
-
-
-def quantise(x, rows):
-    """x [B, H, N, d] in e4m3 with one power-of-two scale per `rows` rows of a (b, h), as v15's
-    own quantiser does (runner_fp8.cu): the smallest 2^k with max |x| <= 448 2^k."""
-    B, H, N, d = x.shape
-    nb = (N + rows - 1) // rows
-    xp = torch.nn.functional.pad(x.float(), (0, 0, 0, nb * rows - N)).view(B, H, nb, rows, d)
-    amax = xp.abs().amax(dim=(3, 4))
-    m, e = torch.frexp(amax)  # amax = m 2^e, m in [0.5, 1)
-    s = torch.where(amax > 0, torch.ldexp(torch.ones_like(amax), torch.where(2 * m <= 1.75, e - 9, e - 8)),
-                    torch.ones_like(amax))
-    q8 = (xp / s[..., None, None]).to(torch.float8_e4m3fn).view(B, H, nb * rows, d)[:, :, :N].contiguous()
-    return q8, s.contiguous()
 
 
 def fp8_e4m3(fa, q8, k8, v8, sq, sk, sv, causal, scale, out, lse):

@@ -30,6 +30,8 @@ _SIGS = {
                                  + [i64] * 3 + [vp], c_int),
         "fa05_forward_varlen": ([ctypes.c_char_p] + [vp] * 7 + [i64] * 8 + [c_int, c_int, c_float, i64, i64, c_float, vp],
                                 c_int),
+        "fa05_forward_fp8": ([vp] * 5 + [i64] * 6 + [c_int, c_float, vp], c_int),
+        "fa05_forward_fp8_e4m3": ([vp] * 8 + [i64] * 6 + [c_int, c_float, vp], c_int),
         "fa05_runs": ([ctypes.c_char_p, i64, c_int], ctypes.c_char_p),
         "fa05_kernel_count": ([], c_int),
         "fa05_kernel_name": ([c_int], ctypes.c_char_p),
@@ -53,8 +55,9 @@ _SIGS = {
 
 # Functions a library built before them lacks: lib() leaves them out instead of failing, so the
 # rest of the library still loads; the op that needs one says so when it is called
-# (fa05_forward_varlen, fa06_backward_varlen: the GPU forward and backward of attention_varlen()).
-_OPTIONAL = {"fa05_forward_varlen", "fa06_backward_varlen"}
+# (fa05_forward_varlen, fa06_backward_varlen: the GPU forward and backward of attention_varlen();
+# fa05_forward_fp8 and fa05_forward_fp8_e4m3: attention_fp8()).
+_OPTIONAL = {"fa05_forward_varlen", "fa06_backward_varlen", "fa05_forward_fp8", "fa05_forward_fp8_e4m3"}
 
 
 def candidates(name):

@@ -37,6 +37,15 @@ def _check_tensors(q, k, v, rank, layout, gpu_dtypes, gpu_names):
 
 def _check(q, k, v, causal, scale, kernel, window_left=-1, window_right=-1, softcap=0.0):
     _check_tensors(q, k, v, 4, "[B, H, N, d]", _DTYPE_CODE, "float32, float16 or bfloat16")
+    _check_shapes(q, k, v, causal, scale)
+    if not isinstance(kernel, str):
+        raise TypeError(f"kernel: expected a name, found {type(kernel).__name__}")
+    _check_variant_args(window_left, window_right, softcap)
+
+
+def _check_shapes(q, k, v, causal, scale):
+    """q [B, H, N_q, d], k and v [B, H_kv, N_k, d] (4-dimensional tensors: _check_tensors) with every
+    size >= 1, H % H_kv == 0 and d <= 256; the scale None or a normal float32 > 0; causal a bool."""
     B, H, N_q, d = q.shape
     if k.shape != v.shape:
         raise ValueError(f"--k/--v: expected k and v of one shape, found {tuple(k.shape)} and {tuple(v.shape)}")
@@ -58,9 +67,6 @@ def _check(q, k, v, causal, scale, kernel, window_left=-1, window_right=-1, soft
                          f"> 0), or None for 1/sqrt(d), found {scale!r}")
     if not isinstance(causal, bool):
         raise TypeError(f"causal: expected True or False, found {causal!r}")
-    if not isinstance(kernel, str):
-        raise TypeError(f"kernel: expected a name, found {type(kernel).__name__}")
-    _check_variant_args(window_left, window_right, softcap)
 
 
 def _check_variant_args(window_left, window_right, softcap):
@@ -497,9 +503,6 @@ def _check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, causal, scale, kernel, wi
                          f"> 0), or None for 1/sqrt(d), found {scale!r}")
     if not isinstance(causal, bool):
         raise TypeError(f"causal: expected True or False, found {causal!r}")
-    if not isinstance(kernel, str):
-        raise TypeError(f"kernel: expected a name, found {type(kernel).__name__}")
-    _check_variant_args(window_left, window_right, softcap)
 
 
 _I32_MAX = 2**31 - 1

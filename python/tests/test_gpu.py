@@ -15,6 +15,7 @@ by the same rule, in bf16 and fp16: the forward is stage 05's fa05_forward_varle
 the op's packed GPU backward (gpu_v3 in one launch), which is also held within one bf16 unit to
 attention_bwd (gpu_v3) called on each sequence by hand.
 Exits 77 (ctest: skipped) without a GPU."""
+import math
 import os
 import sys
 import unittest
@@ -61,6 +62,46 @@ VARLEN_CASES = [  # lengths of the queries, of the keys; H, H_kv, d, causal, win
     ([64, 200, 3], [64, 250, 3], 4, 4, 96, False, (32, 16), None),                 # a window, d = 96
     ([127, 300, 2], [129, 300, 40], 4, 2, 64, True, (40, -1), 20.0),              # window and softcap
 ]
+
+
+FP8_CASES = [  # B, H, H_kv, N_q, N_k, causal (d = 128: v15's one width)
+    (1, 4, 2, 300, 517, True),   # GQA, ragged, bottom-right causal with N_q < N_k
+    (2, 2, 1, 129, 129, False),  # MQA, one row past a block
+    (1, 2, 2, 200, 90, True),    # N_q > N_k: 110 rows see no key
+]
+
+
+def fp8_stored_reference(q, k, v, causal, scale):
+    """O in float64 as v15 stores it (common/reference.cpp's reference_forward_stored_fp8): P = exp(S - m)
+    stored as e4m3 of 256 P (l summed unrounded), O = P v / l rounded to bf16. What storage alone costs."""
+    G = q.shape[1] // k.shape[1]
+    s = scale * (q @ k.repeat_interleave(G, 1).transpose(-1, -2))
+    mask = visible(q.shape[2], k.shape[2], causal, q.device)
+    s = s.masked_fill(~mask, float("-inf"))
+    m = s.amax(-1, keepdim=True).clamp_min(-1e300)  # a row that sees no key: P = 0 (O = 0)
+    p = torch.exp(s - m)
+    l = p.sum(-1, keepdim=True)
+    p8 = (256 * p).to(torch.float8_e4m3fn).double() / 256
+    o = (p8 @ v.repeat_interleave(G, 1)) / torch.where(l > 0, l, torch.ones_like(l))
+    return o.to(torch.bfloat16).double()
+
+
+def rmse(a, b):
+    return float(((a.double() - b.double()) ** 2).mean().sqrt())
+
+
+def fp8_bound(q, k, v, scale, N_k):
+    """What v15 may differ from float64 attention on the values its e4m3 inputs stand for (common/
+    conformance.cpp's FP8 rule, for O): P stored in e4m3 (2^-4 relative at most, 2^-18 absolute below
+    e4m3's normals, over N_k keys; l is summed unrounded), O in bf16 (2^-8 with the float32 sums), and
+    the tensor cores' 13-bit accumulation: the scores off by dS = ceil(d / 32) 2^-13 A, A the largest
+    scale sum |q k|, which moves P by expm1(2 dS). Returns (O's bound, dS: LSE's, beside float32's 1e-5
+    relative)."""
+    G = q.shape[1] // k.shape[1]
+    A = scale * float((q.abs() @ k.abs().repeat_interleave(G, 1).transpose(-1, -2)).max())
+    dS = (q.shape[3] + 31) // 32 * 2.0 ** -13 * A
+    vmax = float(v.abs().max())
+    return vmax * (2.0 ** -4 + N_k * 2.0 ** -18 + 2.0 ** -8 + math.expm1(2 * dS)), dS
 
 
 class Gpu(unittest.TestCase):
@@ -310,6 +351,65 @@ class Gpu(unittest.TestCase):
     def test_kernels_reported(self):
         print("\nkernels (fwd, bwd):", {(str(dt), d): fa_course.kernels_for("cuda", dt, d)
                                         for dt in (torch.bfloat16, torch.float32) for d in (32, 64, 80, 96, 128, 256)})
+
+
+    def test_fp8_against_float64_and_the_e4m3_entry(self):
+        if torch.cuda.get_device_capability() != (9, 0):
+            self.skipTest("v15 needs sm_90")
+        for case in FP8_CASES:
+            B, H, H_kv, N_q, N_k, causal = case
+            with self.subTest(case=case):
+                g = torch.Generator(device="cuda").manual_seed(7)
+                q = torch.randn(B, H, N_q, 128, device="cuda", generator=g).to(torch.bfloat16)
+                k, v = (torch.randn(B, H_kv, N_k, 128, device="cuda", generator=g).to(torch.bfloat16) for _ in range(2))
+                o, lse = fa_course.attention_fp8(q, k, v, causal=causal, return_lse=True)
+                (q8, sq), (k8, sk), (v8, sv) = (fa_course.quantize_fp8(t, r) for t, r in ((q, 64), (k, 128), (v, 128)))
+                # the bf16 entry quantises on the GPU as quantize_fp8 does: the same bits through the e4m3 entry
+                o2, lse2 = fa_course.attention_fp8(q8, k8, v8, scales=(sq, sk, sv), causal=causal, return_lse=True)
+                self.assertTrue(torch.equal(o.view(torch.int16), o2.view(torch.int16)), "O: bf16 entry vs e4m3 entry")
+                self.assertTrue(torch.equal(lse.view(torch.int32), lse2.view(torch.int32)), "LSE: the same")
+                deq = [x8.double() * torch.repeat_interleave(s.double(), r, 2)[:, :, :x8.shape[2], None]
+                       for x8, s, r in ((q8, sq, 64), (k8, sk, 128), (v8, sv, 128))]
+                ref_o, ref_lse = sdpa_reference(*deq, causal)
+                bo, dS = fp8_bound(*deq, 128 ** -0.5, N_k)
+                self.assertLessEqual(max_err(o, ref_o), bo, f"O {case}")
+                # the rule is a worst case; the RMSE is tight: at most twice what storing P and O alone
+                # costs (the C++ battery's FP8 RMSE check; measured there 0.97x), which a wrong head or
+                # row (errors the size of O itself) cannot meet
+                e_store = rmse(fp8_stored_reference(*deq, causal, 128 ** -0.5), ref_o)
+                self.assertLessEqual(rmse(o, ref_o), 2 * e_store, f"O's RMSE {case} (storage alone: {e_store:.3g})")
+                seen = visible(N_q, N_k, causal, "cuda").any(-1)
+                bl = dS + 1e-5 * max(1.0, float(ref_lse[:, :, seen].abs().max()))
+                self.assertLessEqual(max_err(lse[:, :, seen], ref_lse[:, :, seen]), bl, f"LSE {case}")
+                self.assertTrue(torch.equal(o[:, :, ~seen], torch.zeros_like(o[:, :, ~seen])), "O = 0 where no key")
+                self.assertTrue(bool((lse[:, :, ~seen] == float("-inf")).all()), "LSE = -inf where no key")
+
+    def test_fp8_refusals_and_registration(self):
+        if torch.cuda.get_device_capability() != (9, 0):
+            self.skipTest("v15 needs sm_90")
+        x = torch.randn(1, 2, 64, 128, device="cuda", dtype=torch.bfloat16)
+        x8, s = fa_course.quantize_fp8(x, 64)
+        _, s128 = fa_course.quantize_fp8(x, 128)
+        for call, kind, pattern in [
+            (lambda: fa_course.attention_fp8(x[..., :64], x[..., :64], x[..., :64]), NotImplementedError, "--head-dim: expected 128"),
+            (lambda: fa_course.attention_fp8(x.half(), x.half(), x.half()), TypeError, "q: expected torch.bfloat16"),
+            (lambda: fa_course.attention_fp8(x, x, x, scales=(s, s128, s128)), TypeError, "q: expected torch.float8_e4m3fn"),
+            (lambda: fa_course.attention_fp8(x8, x8, x8, scales=(s, s, s128)), ValueError,
+             "scales: expected scale_k float32 \\[1, 2, 1\\]"),
+            (lambda: fa_course.attention_fp8(x8, x8, x8), TypeError, "q: expected torch.bfloat16 \\(without scales=\\)"),
+            (lambda: fa_course.attention_fp8(x, x, x, scale=-1.0), ValueError, "--scale: expected a number"),
+        ]:
+            with self.subTest(pattern=pattern):
+                with self.assertRaisesRegex(kind, pattern) as cm:
+                    call()
+                self.assertNotIn("\n", str(cm.exception))
+        xg = x.clone().requires_grad_()
+        with self.assertRaisesRegex(NotImplementedError, "attention_fp8: expected no gradient"):
+            fa_course.attention_fp8(xg, x, x).float().sum().backward()
+        torch.library.opcheck(torch.ops.fa_course.attention_fp8_fwd.default, (x, x, x, None, None, None, True, 0.0),
+                              test_utils=("test_schema", "test_faketensor"))
+        torch.library.opcheck(torch.ops.fa_course.attention_fp8_fwd.default, (x8, x8, x8, s, s128, s128, False, 0.0),
+                              test_utils=("test_schema", "test_faketensor"))
 
 
 if __name__ == "__main__":

@@ -568,6 +568,76 @@ class Varlen(unittest.TestCase):
         self.assertLess(max_err(gr, ge), 1e-5)
 
 
+class Fp8(unittest.TestCase):
+    """quantize_fp8 (the course's e4m3 block quantisation) on the CPU, by its defining properties, and
+    attention_fp8's refusals that need no GPU. The kernel itself: test_gpu.py's Fp8."""
+
+    def check_blocks(self, x, rows):
+        x8, s = fa_course.quantize_fp8(x, rows)
+        B, H, N, d = x.shape
+        nb = -(-N // rows)
+        self.assertEqual((x8.dtype, tuple(x8.shape), s.dtype, tuple(s.shape)),
+                         (torch.float8_e4m3fn, (B, H, N, d), torch.float32, (B, H, nb)))
+        xd = x.double()
+        for b in range(B):
+            for h in range(H):
+                for i in range(nb):
+                    blk, q, sc = xd[b, h, i * rows:(i + 1) * rows], x8[b, h, i * rows:(i + 1) * rows].double(), float(s[b, h, i])
+                    amax = float(blk.abs().max())
+                    if amax == 0:
+                        self.assertEqual(sc, 1.0)
+                        continue
+                    m, e = math.frexp(sc)
+                    self.assertEqual(m, 0.5, f"scale {sc!r}: expected a power of two")
+                    # the smallest power of two with amax <= 448 s: half of it would not hold amax
+                    self.assertLessEqual(amax, 448 * sc)
+                    self.assertGreater(amax, 224 * sc)
+                    # each value rounded to the nearest e4m3: within half a step (3 significand bits,
+                    # subnormal steps of 2^-9 below 2^-6) and exact where x / s is an e4m3 value
+                    step = torch.where(blk.abs() / sc >= 2 ** -6, torch.exp2(torch.floor(torch.log2(blk.abs() / sc)) - 3),
+                                       torch.full_like(blk, 2 ** -9))
+                    self.assertTrue(bool(((q - blk / sc).abs() <= step / 2).all()), f"block {b, h, i}")
+        # quantising what it stands for again gives the same values (the bytes may differ: a block whose
+        # largest value rounded down to 224 s gets half the scale)
+        deq = x8.double() * torch.repeat_interleave(s.double(), rows, 2)[:, :, :N, None]
+        y8, t = fa_course.quantize_fp8(deq, rows)
+        self.assertTrue(torch.equal(y8.double() * torch.repeat_interleave(t.double(), rows, 2)[:, :, :N, None], deq))
+
+    def test_blocks_by_their_properties(self):
+        g = torch.Generator().manual_seed(5)
+        x = torch.randn(2, 3, 150, 16, generator=g, dtype=torch.float64) * 3
+        x[0, 1, 64:128] = 0                      # an all-zero block: scale 1
+        x[1, 0, :64] *= 2.0 ** -128              # a block whose scale is a float32 subnormal (2^-135 or so)
+        x[1, 2, 128:] *= 2.0 ** 40               # a large one
+        x = x.to(torch.bfloat16)
+        self.check_blocks(x, 64)
+        self.check_blocks(x, 128)
+
+    def test_non_finite_blocks_get_nan_scales(self):
+        x = torch.randn(1, 2, 130, 8)
+        x[0, 0, 3, 1], x[0, 1, 129, 0] = float("inf"), float("nan")
+        _, s = fa_course.quantize_fp8(x, 128)
+        self.assertTrue(torch.equal(torch.isnan(s), torch.tensor([[[True, False], [False, True]]])))
+
+    def test_bad_inputs_raise_one_line(self):
+        x = torch.randn(1, 2, 64, 128, dtype=torch.bfloat16)
+        for call, kind, pattern in [
+            (lambda: fa_course.quantize_fp8(x[0], 64), ValueError, "x: expected a floating-point torch.Tensor \\[B, H, N, d\\]"),
+            (lambda: fa_course.quantize_fp8(x, 0), ValueError, "rows: expected an integer >= 1"),
+            (lambda: fa_course.quantize_fp8(x, True), ValueError, "rows: expected an integer >= 1"),
+            (lambda: fa_course.attention_fp8(x, x, x), ValueError, "q: expected a CUDA tensor \\(v15 is a Hopper kernel\\)"),
+            (lambda: fa_course.attention_fp8(x[0], x, x), ValueError, "q: expected a 4-dimensional torch.Tensor"),
+            (lambda: fa_course.attention_fp8(x, x, x, scales=(None, None)), ValueError,
+             "scales: expected \\(scale_q, scale_k, scale_v\\), found tuple of 2"),
+            (lambda: torch.ops.fa_course.attention_fp8_fwd(x, x, x, None, None, torch.ones(1), False, 0.0), ValueError,
+             "scales: expected all three"),
+        ]:
+            with self.subTest(pattern=pattern):
+                with self.assertRaisesRegex(kind, pattern) as cm:
+                    call()
+                self.assertNotIn("\n", str(cm.exception))
+
+
 class Registration(unittest.TestCase):
     def test_opcheck(self):
         g = torch.Generator().manual_seed(1)
