@@ -108,7 +108,9 @@ FA05_API int fa05_forward_varlen(const char* kernel, const void* Q, const void* 
  *   scale_q [B H, ceil(N_q / 64)], scale_k and scale_v [B H_kv, ceil(N_k / 128)], slice-major
  * (element x of a block stands for x * its scale; any positive finite scale works, not only
  * powers of two). Both allocate workspace (V transposed; fa05_forward_fp8 also the e4m3 copies).
- * A non-finite bf16 input gives NaN in the rows it reaches. Returns an fa05_status. */
+ * Q, K, V and O must be 16-byte aligned (FA05_UNSUPPORTED), LSE and the scales 4-byte aligned
+ * (FA05_INVALID_ARGUMENT): checked before any launch, so nothing is written. A non-finite bf16 input
+ * gives NaN in the rows it reaches. Returns an fa05_status. */
 FA05_API int fa05_forward_fp8(const void* Q, const void* K, const void* V, void* O, float* LSE, int64_t B, int64_t H,
                      int64_t H_kv, int64_t N_q, int64_t N_k, int64_t d, int causal, float scale, void* stream);
 FA05_API int fa05_forward_fp8_e4m3(const void* Q, const void* K, const void* V, const float* scale_q,

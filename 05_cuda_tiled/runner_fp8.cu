@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <initializer_list>
 #include <cmath>
 #include <string>
 #include <tuple>
@@ -73,18 +74,29 @@ __global__ void __launch_bounds__(256) quantize_kernel(const __nv_bfloat16* __re
     s = ldexpf(1.f, 2.f * f <= 1.75f ? e - 9 : e - 8);  // 448 = 1.75 x 2^8
   }
   if (threadIdx.x == 0) scales[slice * gridDim.y + blockIdx.y] = s;
-  const float inv = 1.f / s;  // exact: a power of two
   for (int64_t e = threadIdx.x * 8; e < n; e += 256 * 8) {
     const uint4 w = *reinterpret_cast<const uint4*>(x + e);
     const __nv_bfloat162* v = reinterpret_cast<const __nv_bfloat162*>(&w);
     float f[8];
     for (int i = 0; i < 4; ++i) {
       const float2 t = __bfloat1622float2(v[i]);
-      f[2 * i] = t.x * inv, f[2 * i + 1] = t.y * inv;
+      // divide, not multiply by 1 / s: x / 2^k is exact, but 1 / s overflows to inf when s < 2^-127
+      f[2 * i] = __fdiv_rn(t.x, s), f[2 * i + 1] = __fdiv_rn(t.y, s);
     }
     const uint2 out{ptx::pack4_e4m3(f[0], f[1], f[2], f[3]), ptx::pack4_e4m3(f[4], f[5], f[6], f[7])};
     *reinterpret_cast<uint2*>(x8 + e) = out;
   }
+}
+
+// Before any launch: the tensors TMA and the 16-byte loads read must be 16-byte aligned (a kernel
+// limit: Unsupported), the float32 ones 4-byte aligned (any valid float pointer is: InputError).
+void check_alignment(std::initializer_list<const void*> wide, std::initializer_list<const float*> floats) {
+  for (const void* x : wide)
+    if (reinterpret_cast<uintptr_t>(x) % 16 != 0)
+      throw Unsupported("Q/K/V/O", "16-byte aligned device pointers (TMA and 16-byte loads)", "a misaligned one");
+  for (const float* x : floats)
+    if (reinterpret_cast<uintptr_t>(x) % alignof(float) != 0)
+      throw fa::InputError("LSE/scales", "4-byte aligned float32 device pointers", "a misaligned one");
 }
 
 }  // namespace
@@ -132,8 +144,7 @@ void forward_fp8_e4m3(const fa::AttnProblem& p, const Fp8Inputs& in, void* O, fl
   Config here = cfg;
   here.sm = 0, here.sm_count = 0;
   const Fp8Plan pl = plan_fp8(p, here);
-  for (const void* x : {in.Q, in.K, in.V, static_cast<const void*>(O)})
-    if (reinterpret_cast<uintptr_t>(x) % 16 != 0) throw Unsupported("Q/K/V/O", "16-byte aligned device pointers (TMA)", "a misaligned one");
+  check_alignment({in.Q, in.K, in.V, O}, {LSE, in.sQ, in.sK, in.sV});
   if (pl.tiles == 0) return;  // N_q = 0 or B H = 0: nothing to write
   const int64_t slices = p.B * p.H_kv;
   fa::DeviceBuffer<uint8_t> work(pl.workspace_bytes, fa::Mem::Extra, stream);
@@ -168,8 +179,7 @@ void forward_fp8(const fa::AttnProblem& p, const void* Q, const void* K, const v
   Config here = cfg;
   here.sm = 0, here.sm_count = 0;
   plan_fp8(p, here);  // refuses before anything is allocated
-  for (const void* x : {Q, K, V})
-    if (reinterpret_cast<uintptr_t>(x) % 16 != 0) throw Unsupported("Q/K/V", "16-byte aligned device pointers", "a misaligned one");
+  check_alignment({Q, K, V, O}, {LSE});
   const int64_t qb = fp8_q_blocks(p), kb = fp8_kv_blocks(p);
   const int64_t bytes = p.q_elems() + 2 * p.kv_elems() + 4 * (p.B * p.H * qb + 2 * p.B * p.H_kv * kb) + 64;
   fa::DeviceBuffer<uint8_t> work(bytes, fa::Mem::Extra, stream);

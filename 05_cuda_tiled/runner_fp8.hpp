@@ -73,13 +73,15 @@ Fp8Plan plan_fp8(const fa::AttnProblem& p, const Config& cfg = {});
 
 // v15 on e4m3 inputs with their scales (Fp8Inputs): transposes V into the workspace (the pre-pass)
 // and runs the kernel on `stream`, without waiting. O [B,H,N_q,d] bf16, LSE float32. Needs Q, K, V,
-// O 16-byte aligned (Unsupported otherwise). Throws as plan_fp8, fa::CudaError when CUDA fails.
+// O 16-byte aligned (Unsupported otherwise), LSE and the scales 4-byte aligned (fa::InputError
+// otherwise), checked before any launch. Throws as plan_fp8, fa::CudaError when CUDA fails.
 void forward_fp8_e4m3(const fa::AttnProblem& p, const Fp8Inputs& in, void* O, float* LSE, const Config& cfg,
                       cudaStream_t stream);
 
 // The same from bf16 Q, K, V: quantises them on the GPU (one power-of-two scale per block, as
 // above: the same bytes and scales common/fp8.hpp's quantize_e4m3_blocks makes on the host) into
-// workspace, then forward_fp8_e4m3. A non-finite input gives a non-finite scale and NaN rows.
+// workspace, then forward_fp8_e4m3 (the same alignment, checked before the quantisers run). A
+// non-finite input gives a non-finite scale and NaN rows.
 void forward_fp8(const fa::AttnProblem& p, const void* Q, const void* K, const void* V, void* O, float* LSE,
                  const Config& cfg, cudaStream_t stream);
 // Workspace bytes of forward_fp8 (plan_fp8's, plus the e4m3 copies and their scales).

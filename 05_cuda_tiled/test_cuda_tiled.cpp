@@ -985,6 +985,92 @@ TEST_CASE("05 v15 (FP8): the same bits run after run, and the e4m3 entry point e
   for (size_t e = 0; e < o.size(); ++e) diff += lowp::float_from_bf16_bits(o[e]) != a.O[int64_t(e)];
   for (size_t e = 0; e < lse.size(); ++e) diff += std::memcmp(&lse[e], &a.LSE[int64_t(e)], 4) != 0;
   CHECK(diff == 0);
+
+  // Misaligned pointers are refused, through the C ABI, before any launch: O keeps its poison.
+  FA_CUDA_CHECK(cudaMemset(O.get(), 0xff, size_t(p.q_elems()) * 2));
+  char* Ob = reinterpret_cast<char*>(O.get());
+  float* L1 = reinterpret_cast<float*>(reinterpret_cast<char*>(LSE.get()) + 1);
+  const float* sV1 = reinterpret_cast<const float*>(reinterpret_cast<const char*>(sV.get()) + 1);
+  const auto e4m3 = [&](void* o, float* lse, const float* sv) {
+    return fa05_forward_fp8_e4m3(dQ.get(), dK.get(), dV.get(), sQ.get(), sK.get(), sv, o, lse, p.B, p.H, p.H_kv, p.N_q,
+                                 p.N_k, p.d, int(p.causal), p.resolved_scale(), nullptr);
+  };
+  CHECK(e4m3(Ob + 2, LSE.get(), sV.get()) == FA05_UNSUPPORTED);  // TMA and 16-byte stores: a kernel limit
+  CHECK(e4m3(O.get(), L1, sV.get()) == FA05_INVALID_ARGUMENT);     // no valid float pointer is misaligned
+  CHECK(e4m3(O.get(), LSE.get(), sV1) == FA05_INVALID_ARGUMENT);
+  fa::DeviceBuffer<uint16_t> Q16(p.q_elems(), fa::Mem::Io), K16(p.kv_elems(), fa::Mem::Io), V16(p.kv_elems(), fa::Mem::Io);
+  CHECK(fa05_forward_fp8(Q16.get(), K16.get(), V16.get(), Ob + 2, LSE.get(), p.B, p.H, p.H_kv, p.N_q, p.N_k, p.d,
+                         int(p.causal), p.resolved_scale(), nullptr) == FA05_UNSUPPORTED);  // before the quantisers
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  FA_CUDA_CHECK(cudaMemcpy(o.data(), O.get(), o.size() * 2, cudaMemcpyDeviceToHost));
+  int64_t written = 0;
+  for (uint16_t x : o) written += x != 0xffff;
+  CHECK(written == 0);
+}
+
+// |x| in [1, 5] x 2^e: bf16 normal for e >= -126, and the float64 sign kept.
+static float magnitude(float x, int e) { return std::ldexp(x >= 0 ? 1.f + std::fmin(x, 4.f) : -1.f + std::fmax(x, -4.f), e); }
+
+// Rows whose scores are all below 2^-100 in size: softmax is uniform over the visible keys (in v15
+// and in float64) and O64 is the mean of V's visible rows. P = 1 is exact in e4m3 (256 P = 2^8); each
+// V element is stored to half an e4m3 step (2^-4 relative, plus 2^-10 of its block's scale below
+// e4m3's normals) and O is rounded to bf16 (2^-9 relative; 2^-8 bounds the float32 sums too), so
+// |O - O64| <= vmax_i (2^-4 + 2^-8), vmax_i the largest |V| row i sees. LSE = log(visible keys) +
+// a score below 2^-100: the float log's rounding (1e-6 relative). Returns the elements off (NaN counts).
+static int64_t uniform_rows_off(const fa::Inputs& in, const fa::ForwardRun& r) {
+  fa::TensorD O64, L64;
+  fa::reference_forward(in.p, in.Q, in.K, in.V, O64, L64);
+  const fa::AttnProblem& p = in.p;
+  int64_t bad = 0;
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t h = 0; h < p.H; ++h)
+      for (int64_t i = 0; i < p.N_q; ++i) {
+        double vmax = 0;
+        for (int64_t j = p.key_begin(i); j < p.key_end(i); ++j)
+          for (int64_t c = 0; c < p.d; ++c) vmax = std::fmax(vmax, std::fabs(double(in.V.ptr()[p.kv_offset(b, h, j) + c])));
+        const double tol = vmax * (0x1p-4 + 0x1p-8);
+        for (int64_t c = 0; c < p.d; ++c) {
+          const int64_t e = p.q_offset(b, h, i) + c;
+          bad += !(std::fabs(double(r.O[e]) - O64[e]) <= tol);
+        }
+        const int64_t e = p.lse_offset(b, h, i);
+        bad += !(std::fabs(double(r.LSE[e]) - L64[e]) <= 1e-6 * std::fabs(L64[e]) + 1e-7);
+      }
+  return bad;
+}
+
+TEST_CASE("05 v15 (FP8): blocks of tiny magnitude (scales below 2^-127) give finite rows equal to float64's") {
+  if (fa::gpu_compute_capability() != 90) return;
+  // |x| in [1, 5] x 2^-124: a block's scale is about 2^-131, so 1 / scale would overflow and the score
+  // unit scale log2(e) sQ sK (about 2^-265) underflows to 0, where a masked score's -inf x 0 is NaN.
+  // Causal, so masked scores exist. Every score is below 2^-200 in size.
+  fa::Inputs in = fa::random_inputs(fa::make_problem(1, 2, 1, 200, 333, 128, true), 11);
+  for (fa::Tensor* t : {&in.Q, &in.K, &in.V}) {
+    float* x = t->ptr();
+    for (int64_t e = 0; e < t->numel(); ++e) x[e] = magnitude(x[e], -124);
+    fa::round_tensor(*t, fa::DType::bf16);
+  }
+  CHECK(uniform_rows_off(in, fa::run_forward(stage_05_fp8_forward(), in)) == 0);
+}
+
+TEST_CASE("05 v15 (FP8): V blocks whose scales differ by up to 2^190 (tiny, zero, tiny, huge, tiny) merge without overflow") {
+  if (fa::gpu_compute_capability() != 90) return;
+  // Five 128-key V blocks: about 2^-124, all zero (its scale is 1), 2^-124, 2^60, 2^-124. Causal, so
+  // rows 128 ... 383 see tiny V beside the zero block: there the unit must stay 1 (1 / 2^-131 would
+  // overflow), and they are checked at their own tiny magnitude. Q is tiny, so softmax is uniform.
+  fa::Inputs in = fa::random_inputs(fa::make_problem(1, 2, 1, 640, 640, 128, true), 12);
+  float* q = in.Q.ptr();
+  for (int64_t e = 0; e < in.Q.numel(); ++e) q[e] = magnitude(q[e], -124);
+  float* v = in.V.ptr();
+  const int block_exp[5] = {-124, 0, -124, 60, -124};
+  for (int64_t j = 0; j < 640; ++j)
+    for (int64_t c = 0; c < 128; ++c) {
+      float& x = v[j * 128 + c];
+      x = j / 128 == 1 ? 0.f : magnitude(x, block_exp[j / 128]);
+    }
+  fa::round_tensor(in.Q, fa::DType::bf16);
+  fa::round_tensor(in.V, fa::DType::bf16);
+  CHECK(uniform_rows_off(in, fa::run_forward(stage_05_fp8_forward(), in)) == 0);
 }
 
 TEST_CASE("05 v15 (FP8): one small ragged causal GQA problem (for compute-sanitizer)") {

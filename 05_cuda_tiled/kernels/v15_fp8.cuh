@@ -66,6 +66,14 @@ static_assert(Br == 2 * kFp8RowsQ, "one Q scale per consumer warpgroup's 64 rows
 // Shared memory: two K, two V^T and two Q buffers of 128 x 128 bytes, plus 1024 for alignment.
 constexpr int64_t smem_bytes(int D, int Bc) { return 2 * int64_t(Bc) * D + 2 * int64_t(D) * Bc + 2 * int64_t(Br) * D + 1024; }
 
+// The score unit c = scale log2(e) sQ_i sK_j that turns an e4m3 product Q8 K8^T into log2 units.
+// Tiny blocks (scales near 2^-126) can make c underflow to 0, and a masked score's -inf * 0 is NaN:
+// c is kept at least the smallest normal float (a NaN c, from a non-finite block, stays NaN).
+__device__ __forceinline__ float score_unit(float cq, float sk) {
+  const float c = cq * sk;
+  return c < 0x1p-126f ? 0x1p-126f : c;
+}
+
 // Q8 [B,H,N_q,D], K8 [B,H_kv,N_k,D] and Vt8 [B,H_kv,D,N_k16] (e4m3 bytes) are read through the maps;
 // sQ [B H, ceil(N_q / 64)], sK and sV [B H_kv, ceil(N_k / 128)]: the blocks' scales (runner_fp8.hpp).
 // O [B,H,N_q,D] bf16, LSE [B,H,N_q] float32 natural log. n_tiles = B H Tr, tile_counter as v12.
@@ -208,14 +216,26 @@ forward_kernel(__nv_bfloat16* __restrict__ O, float* __restrict__ LSE, const fa:
       };
       // O = alpha_j O + sV_j O_j (alpha of the softmax that made P_j): the float32 merge, one FFMA
       // an element: o holds O / sv_o, in units of the latest block's V scale, so the merge is
-      // o = o (alpha_j sv_o / sV_j) + O_j, and the epilogue multiplies by sv_o once.
-      float sv_o = 1.f;
+      // o = o (alpha_j sv_o / sV_j) + O_j, and the epilogue multiplies by sv_o once. The unit starts
+      // at block 0's scale (1 / sV_0 overflows for sV_0 < 2^-128). A block 2^32 below the largest
+      // scale so far (never seen in real data; an all-zero block's scale 1 beside tiny ones) does
+      // not become the unit: sv_max / sv_o <= 2^32 keeps o far from float32's overflow. (The branch
+      // costs 3-5%: docs/lab/05_cuda_tiled.md, "Tiny blocks and far-apart V scales".)
+      float sv_o = Tc > 0 ? sVj[0] : 1.f, sv_max = 0.f;
       const auto merge = [&](const float(&oj)[D / 8][4], const float(&al)[2], float sv) {
-        const float f[2] = {al[0] * (sv_o / sv), al[1] * (sv_o / sv)};
-        for (int r = 0; r < 2; ++r)
-          for (int n = 0; n < D / 8; ++n)
-            for (int e = 2 * r; e < 2 * r + 2; ++e) o[n][e] = fmaf(o[n][e], f[r], oj[n][e]);
-        sv_o = sv;
+        sv_max = fmaxf(sv_max, sv);
+        if (sv >= sv_max * 0x1p-32f) {  // the common path (false for a NaN scale: the else makes NaN)
+          const float f[2] = {al[0] * (sv_o / sv), al[1] * (sv_o / sv)};
+          for (int r = 0; r < 2; ++r)
+            for (int n = 0; n < D / 8; ++n)
+              for (int e = 2 * r; e < 2 * r + 2; ++e) o[n][e] = fmaf(o[n][e], f[r], oj[n][e]);
+          sv_o = sv;
+        } else {  // keep the unit: o = alpha o + (sV_j / sv_o) O_j
+          const float q = sv / sv_o;
+          for (int r = 0; r < 2; ++r)
+            for (int n = 0; n < D / 8; ++n)
+              for (int e = 2 * r; e < 2 * r + 2; ++e) o[n][e] = fmaf(oj[n][e], q, o[n][e] * al[r]);
+        }
       };
       const auto softmax = [&](float(&s)[Bc / 8][4], int64_t j, float c) {  // v12's, P scaled by 2^8
         const int64_t c0 = j * Bc;
@@ -265,7 +285,7 @@ forward_kernel(__nv_bfloat16* __restrict__ O, float* __restrict__ LSE, const fa:
         {  // block 0
           ready(full_k, n0);
           float s[Bc / 8][4];
-          const float c = cq * sKj[0];
+          const float c = score_unit(cq, sKj[0]);
           ptx::wgmma_pin(s);
           my_turn();
           ptx::wgmma_fence();
@@ -279,7 +299,7 @@ forward_kernel(__nv_bfloat16* __restrict__ O, float* __restrict__ LSE, const fa:
           al_prev[0] = alpha[0], al_prev[1] = alpha[1];
         }
         for (int j = 1; j < Tc; ++j) {  // S_j beside P_{j-1} V_{j-1}, as v12
-          const float c = cq * sKj[j], sv = sVj[j - 1];  // loaded before the waits: their latency hides
+          const float c = score_unit(cq, sKj[j]), sv = sVj[j - 1];  // loaded before the waits: their latency hides
           ready(full_k, n0 + j);
           ready(full_v, n0 + j - 1);
           float s[Bc / 8][4], oj[D / 8][4];
@@ -326,11 +346,13 @@ forward_kernel(__nv_bfloat16* __restrict__ O, float* __restrict__ LSE, const fa:
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
         const int64_t i = r0 + warp * 16 + g + r * 8;
-        const float inv = l[r] == 0.f ? 0.f : sv_o / l[r];
+        // (o / l) sv_o, not o (sv_o / l): for a tiny block sv_o / l is a float32 subnormal with few bits
+        const float inv = l[r] == 0.f ? 0.f : 1.f / l[r];
         if (i < p.N_q) {
           __nv_bfloat16* Oi = O + p.q_offset(b, h, i);
           for (int n = 0; n < D / 8; ++n)
-            *reinterpret_cast<uint32_t*>(Oi + n * 8 + 2 * t4) = ptx::pack2<__nv_bfloat16>(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
+            *reinterpret_cast<uint32_t*>(Oi + n * 8 + 2 * t4) =
+                ptx::pack2<__nv_bfloat16>(o[n][2 * r] * inv * sv_o, o[n][2 * r + 1] * inv * sv_o);
           if (t4 == 0)
             LSE[p.lse_offset(b, h, i)] = l[r] == 0.f ? neg_inf : fmaf(m2[r], 0.6931471805599453f, logf(l[r]) - 5.545177444479562f);
         }
