@@ -394,7 +394,7 @@ class Gpu(unittest.TestCase):
             (lambda: fa_course.attention_fp8(x[..., :64], x[..., :64], x[..., :64]), NotImplementedError, "--head-dim: expected 128"),
             (lambda: fa_course.attention_fp8(x.half(), x.half(), x.half()), TypeError, "q: expected torch.bfloat16"),
             (lambda: fa_course.attention_fp8(x, x, x, scales=(s, s128, s128)), TypeError, "q: expected torch.float8_e4m3fn"),
-            (lambda: fa_course.attention_fp8(x8, x8, x8, scales=(s, s, s128)), ValueError,
+            (lambda: fa_course.attention_fp8(x8, x8, x8, scales=(s, torch.ones(1, 2, 2, device="cuda"), s128)), ValueError,
              "scales: expected scale_k float32 \\[1, 2, 1\\]"),
             (lambda: fa_course.attention_fp8(x8, x8, x8), TypeError, "q: expected torch.bfloat16 \\(without scales=\\)"),
             (lambda: fa_course.attention_fp8(x, x, x, scale=-1.0), ValueError, "--scale: expected a number"),
