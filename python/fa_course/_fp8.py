@@ -12,7 +12,7 @@ from typing import Optional
 import torch
 
 from . import _lib
-from ._op import _check_shapes, _stream
+from ._op import _check_shapes, _is_int, _stream
 
 ROWS_Q, ROWS_KV = 64, 128  # rows of one (batch, head) per Q scale, per K and per V scale (runner_fp8.hpp)
 E4M3_MAX = 448.0           # the largest finite e4m3 value (1.75 x 2^8)
@@ -21,33 +21,46 @@ HEAD_DIM = 128             # v15 is compiled for d = 128 only
 
 def quantize_fp8(x, rows):
     """x [B, H, N, d] (any float dtype and device) in e4m3 with one power-of-two scale per `rows` rows
-    of a (batch, head): the course's block quantisation (v15's quantiser on the GPU, common/fp8.hpp's
-    quantize_e4m3_blocks on the host, bit for bit). Per block, s is the smallest 2^k with
-    max |x| <= 448 2^k and x8 = x / s rounded to the nearest e4m3 (ties to even); an all-zero block
-    gets s = 1, a block holding a non-finite value s = NaN (v15 then gives NaN rows).
+    of a (batch, head): the course's block quantisation (for bf16 inputs bit for bit what v15's
+    quantiser makes on the GPU, and common/fp8.hpp's quantize_e4m3_blocks on the host). Per block,
+    s is the smallest 2^k with max |x| <= 448 2^k (but at least 2^-149, float32's smallest: a block
+    below 2^-141 in size keeps fewer bits) and x8 = x / s rounded to the nearest e4m3 (ties to even);
+    an all-zero block gets s = 1, a block holding a non-finite value s = NaN (v15 then gives NaN
+    rows). x is read in float32: a float64 value is rounded to float32 first (one beyond float32's
+    range becomes inf, so its block's scale is NaN).
 
     Returns (x8 [B, H, N, d] torch.float8_e4m3fn, scales [B, H, ceil(N / rows)] float32), both on x's
-    device and contiguous: element x8 of a block stands for x8 * its scale. rows: 64 for Q, 128 for
-    K and V (ROWS_Q, ROWS_KV), what attention_fp8 reads.
+    device, contiguous, without autograd history: element x8 of a block stands for x8 * its scale
+    (exact in float64; in float32 that product overflows where |x| >= 248 x 2^120, near bf16's and
+    float32's largest values, though v15 itself never forms it). rows: 64 for Q, 128 for K and V
+    (ROWS_Q, ROWS_KV), what attention_fp8 reads.
     """
-    if not isinstance(x, torch.Tensor) or x.dim() != 4 or not x.is_floating_point():
-        raise ValueError(f"x: expected a floating-point torch.Tensor [B, H, N, d], found "
-                         f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
-    if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
+    if not isinstance(x, torch.Tensor) or x.dim() != 4:
+        raise ValueError(f"x: expected a torch.Tensor [B, H, N, d], found "
+                         f"{'shape ' + str(tuple(x.shape)) if isinstance(x, torch.Tensor) else type(x).__name__}")
+    if not x.is_floating_point():
+        raise TypeError(f"x: expected a floating-point dtype, found {x.dtype}")
+    if not _is_int(rows) or rows < 1:
         raise ValueError(f"rows: expected an integer >= 1 (64 for q, 128 for k and v), found {rows!r}")
     B, H, N, d = x.shape
+    if d < 1:
+        raise ValueError(f"x: expected a head dim d >= 1, found shape {tuple(x.shape)}")
+    rows = int(rows)
     nb = (N + rows - 1) // rows
-    blocks = torch.nn.functional.pad(x.float(), (0, 0, 0, nb * rows - N)).view(B, H, nb, rows, d)
+    x = x.detach().float()
+    # one block of N rows when rows >= N (no padding to rows); else at most rows - 1 padded zero rows
+    R = N if nb == 1 else rows
+    blocks = torch.nn.functional.pad(x, (0, 0, 0, nb * R - N)).view(B, H, nb, R, d)
     amax = blocks.abs().amax(dim=(3, 4))
     finite = torch.isfinite(blocks).all(dim=4).all(dim=3)
     m, e = torch.frexp(amax)  # amax = m 2^e, m in [0.5, 1): the smallest k is e - 9 if 2m <= 1.75, else e - 8
-    k = torch.where(2 * m <= 1.75, e - 9, e - 8)
+    k = torch.where(2 * m <= 1.75, e - 9, e - 8).clamp_min(-149)
     # 2^k in float64, then float32: exact down to 2^-149 (a bf16 block's scale can be a float32 subnormal)
     s = torch.ldexp(torch.ones_like(amax, dtype=torch.float64), k).float()
     s = torch.where(amax > 0, s, torch.ones_like(s))
     s = torch.where(finite, s, torch.full_like(s, float("nan")))
-    # x / 2^k is exact in float32, so the one rounding is the cast to e4m3
-    x8 = (blocks / s[..., None, None]).to(torch.float8_e4m3fn).view(B, H, nb * rows, d)[:, :, :N]
+    # x / 2^k is exact in float32 (but below float32's normals), so the one rounding is the cast to e4m3
+    x8 = (blocks / s[..., None, None]).to(torch.float8_e4m3fn).view(B, H, nb * R, d)[:, :, :N]
     return x8.contiguous(), s.contiguous()
 
 
@@ -145,12 +158,14 @@ def attention_fp8(q, k, v, *, causal=False, scale=None, scales=None, return_lse=
     Returns O [B, H, N_q, 128] bf16 (and LSE [B, H, N_q], float32, natural log).
     Its error is what e4m3 storage of Q, K, V and P causes (docs/fp8.md measures it against bf16's).
     Another d or a GPU other than Hopper raise NotImplementedError; bad input raises ValueError or
-    TypeError with a one-line message naming the argument. No gradient: backward raises
-    NotImplementedError.
+    TypeError with a one-line message naming the argument. The scales' values are not read on the
+    host (that would synchronise): a scale that is 0, negative or NaN gives wrong or NaN rows. No
+    gradient: backward raises NotImplementedError.
     """
     if scales is not None and (not isinstance(scales, (tuple, list)) or len(scales) != 3):
         raise ValueError(f"scales: expected (scale_q, scale_k, scale_v), found {type(scales).__name__}"
                          f"{' of ' + str(len(scales)) if isinstance(scales, (tuple, list)) else ''}")
+    _check_fp8(q, k, v, causal, scale, scales)  # here too: the op's schema would coerce causal and the scale
     sq, sk, sv = (None, None, None) if scales is None else scales
     o, lse = attention_fp8_fwd(q, k, v, sq, sk, sv, causal, 0.0 if scale is None else float(scale))
     return (o, lse) if return_lse else o

@@ -398,6 +398,10 @@ class Gpu(unittest.TestCase):
              "scales: expected scale_k float32 \\[1, 2, 1\\]"),
             (lambda: fa_course.attention_fp8(x8, x8, x8), TypeError, "q: expected torch.bfloat16 \\(without scales=\\)"),
             (lambda: fa_course.attention_fp8(x, x, x, scale=-1.0), ValueError, "--scale: expected a number"),
+            (lambda: fa_course.attention_fp8(x, x, x, scale=0), ValueError, "--scale: expected a number"),
+            (lambda: fa_course.attention_fp8(x, x, x, causal=1), TypeError, "causal: expected True or False"),
+            (lambda: fa_course.attention_fp8([1.0], x, x), ValueError, "q: expected a 4-dimensional torch.Tensor"),
+            (lambda: fa_course.attention_fp8(x8, x8, x8, scales=(1, 2, 3)), ValueError, "scales: expected scale_q float32"),
         ]:
             with self.subTest(pattern=pattern):
                 with self.assertRaisesRegex(kind, pattern) as cm:

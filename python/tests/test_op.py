@@ -613,6 +613,20 @@ class Fp8(unittest.TestCase):
         self.check_blocks(x, 64)
         self.check_blocks(x, 128)
 
+    def test_edges(self):
+        import numpy as np
+        x = torch.randn(1, 2, 5, 8)
+        a8, a = fa_course.quantize_fp8(x, 10 ** 12)  # one block of N rows, nothing padded to 10^12
+        b8, b = fa_course.quantize_fp8(x, np.int64(5))
+        self.assertTrue(torch.equal(a, b) and torch.equal(a8.view(torch.uint8), b8.view(torch.uint8)))
+        # float32 values below 2^-141: the scale stops at 2^-149 (not 0, which would make NaN)
+        t8, t = fa_course.quantize_fp8(torch.tensor([2.0 ** -142, 2.0 ** -149, 0.0, 0.0]).view(1, 1, 4, 1), 4)
+        self.assertEqual(float(t), 2.0 ** -149)
+        self.assertEqual(t8.float().view(-1).tolist(), [128.0, 1.0, 0.0, 0.0])
+        # no autograd history on the results
+        g8, _ = fa_course.quantize_fp8(x.clone().requires_grad_(), 4)
+        self.assertFalse(g8.requires_grad)
+
     def test_non_finite_blocks_get_nan_scales(self):
         x = torch.randn(1, 2, 130, 8)
         x[0, 0, 3, 1], x[0, 1, 129, 0] = float("inf"), float("nan")
@@ -622,7 +636,9 @@ class Fp8(unittest.TestCase):
     def test_bad_inputs_raise_one_line(self):
         x = torch.randn(1, 2, 64, 128, dtype=torch.bfloat16)
         for call, kind, pattern in [
-            (lambda: fa_course.quantize_fp8(x[0], 64), ValueError, "x: expected a floating-point torch.Tensor \\[B, H, N, d\\]"),
+            (lambda: fa_course.quantize_fp8(x[0], 64), ValueError, "x: expected a torch.Tensor \\[B, H, N, d\\], found shape"),
+            (lambda: fa_course.quantize_fp8(x.int(), 64), TypeError, "x: expected a floating-point dtype, found torch.int32"),
+            (lambda: fa_course.quantize_fp8(x[..., :0], 64), ValueError, "x: expected a head dim d >= 1"),
             (lambda: fa_course.quantize_fp8(x, 0), ValueError, "rows: expected an integer >= 1"),
             (lambda: fa_course.quantize_fp8(x, True), ValueError, "rows: expected an integer >= 1"),
             (lambda: fa_course.attention_fp8(x, x, x), ValueError, "q: expected a CUDA tensor \\(v15 is a Hopper kernel\\)"),
