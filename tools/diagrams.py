@@ -682,22 +682,22 @@ def backward_loop(out):
 
     # One step (j, i), in the order the code runs it.
     sx, sy = 9.0, 11.9
-    ax.text(sx, sy, "one step (j, i), the dark cell (FA2, Algorithm 2):", fontsize=10.5, fontweight="bold",
+    ax.text(sx, sy, "one step (j, i), the dark cell; FA2 Alg. 2's lines:", fontsize=10.5, fontweight="bold",
             va="center")
-    steps = [
-        ("S = scale Q_i K_j^T", "recomputed"),
-        ("P = exp(S - LSE_i)", "no running max: LSE from the forward"),
-        ("dV_j += P^T dO_i", "stays on chip"),
-        ("dP = dO_i V_j^T", ""),
-        ("dS = P * (dP - D_i)", "D_i = rowsum(dO_i * O_i), precomputed"),
-        ("dK_j += dS^T Q_i", "stays on chip (scale at the write)"),
-        ("dQ_i += dS K_j", "summed across j: see below"),
+    steps = [  # (the paper's Algorithm 2 line, the step, a note), in the order the code runs them
+        (10, "S = scale Q_i K_j^T", "recomputed"),
+        (11, "P = exp(S - LSE_i)", "no running max: LSE saved"),
+        (12, "dV_j += P^T dO_i", "stays on chip"),
+        (13, "dP = dO_i V_j^T", ""),
+        (14, "dS = P * (dP - D_i)", "D_i = rowsum(dO_i * O_i)"),
+        (16, "dK_j += scale dS^T Q_i", "on chip; scale at the write"),
+        (15, "dQ_i += scale dS K_j", "summed across j: below"),
     ]
-    for k, (f, note) in enumerate(steps):
+    for k, (line, f, note) in enumerate(steps):
         y = sy - 0.65 - k * 0.52
         c = Q_C if "dQ" in f else (KV_C if ("dV" in f or "dK" in f) else INK)
-        ax.text(sx + 0.1, y, f"{k + 1}  {f}", fontsize=9.5, va="center", color=c, family="DejaVu Sans Mono")
-        ax.text(sx + 4.0, y, note, fontsize=8.5, va="center", color=MUTED)
+        ax.text(sx + 0.1, y, f"{line}  {f}", fontsize=9.5, va="center", color=c, family="DejaVu Sans Mono")
+        ax.text(sx + 4.75, y, note, fontsize=8.5, va="center", color=MUTED)
 
     # How dQ's sum is done, GPU and CPU.
     def panel(y_top, title, lines, fc, ec):
@@ -709,12 +709,12 @@ def backward_loop(out):
         return y_top - h
 
     y = panel(7.6, "GPU, bwd_v2_mma.cuh: one pass, dQ by atomics", [
-        "a thread block per j walks every i; step 7 adds dS K_j into an",
+        "a thread block per j walks every i; line 15 adds dS K_j into an",
         "fp32 dQacc in HBM with atomicAdd: the order of the additions",
         "varies run to run; the _det variant takes turns j = 0, 1, ...",
     ], tint(Q_C, 0.9), Q_C)
     panel(y - 0.25, "CPU, backward_tiled.hpp: two passes, no atomics", [
-        "pass 1, a task per j: steps 1-6 for every i -> dK_j, dV_j",
+        "pass 1, a task per j: lines 10-14 and 16 for every i -> dK_j, dV_j",
         "pass 2, a task per i: S and dP recomputed, dQ_i += dS K_j in",
         "fixed j order: 7 block products instead of 5, bit-identical",
     ], "#f4f4f4", MUTED)
