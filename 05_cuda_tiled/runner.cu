@@ -222,7 +222,7 @@ using V6Shapes = std::tuple<Shape<4, 32>, Shape<4, 64, 64>, Shape<8, 32>, Shape<
 // v7: whole warpgroups (4 warps) and whole 64-key wgmma tiles; each is also a v5 shape, which is
 // what v7 falls back to off Hopper.
 using V7Shapes = std::tuple<Shape<4, 64>, Shape<4, 128>, Shape<8, 64>, Shape<8, 128>>;
-// v10: v9's two winners (two warpgroups, README v9), the only shapes its sweep runs; v11 keeps them.
+// v10: v9's two winners (two warpgroups, lab notebook v9), the only shapes its sweep runs; v11 keeps them.
 using V10Shapes = std::tuple<Shape<8, 64>, Shape<8, 128>>;
 // v13: v12's two shapes where they fit; Bc = 128 only up to d = 128 (its K and V rings take 4 Bc d
 // elements of shared memory: 192 KiB at d = 192). Above, the wider key blocks that still fit, Bc =
@@ -548,7 +548,7 @@ std::vector<BlockShape> block_shapes(const std::string& kernel, int64_t d) {
 }
 
 BlockShape default_shape(const std::string& kernel, int64_t d, int64_t N_q, int64_t N_k) {
-  // Chosen by the sweeps (bench BM_shape; docs/results/bench_05_cuda_tiled.json, README), on the
+  // Chosen by the sweeps (bench BM_shape; docs/results/bench_05_cuda_tiled.json, lab notebook), on the
   // H200, at d = 64 and 128, N = 1024 and 8192, causal or not. v5: 128 x 128 was the fastest
   // shape, or within 2 % of it, everywhere (our guess before the sweep was 128 x 64). v6: 128 x 64
   // at d = 64 and 128 x 32 at d = 128 were the fastest everywhere (the guesses before its sweep).
@@ -566,7 +566,7 @@ BlockShape default_shape(const std::string& kernel, int64_t d, int64_t N_q, int6
   // chose 128 x 64 at d = 64, fastest in all 8 columns (314 against 276 for v9 at v7's 64 x 128, at
   // N = 8192, not causal): with two warpgroups a block, one's softmax also overlaps the other's products.
   if (kernel == "v9") return d <= 64 ? BlockShape{128, 64} : BlockShape{128, 128};
-  // v10: v9's (a guess: its own sweep is in the README).
+  // v10: v9's (a guess: its own sweep is in the lab notebook).
   if (kernel == "v10") return default_shape("v9", d);
   // v11: v10's (the O write does not change what fits).
   if (kernel == "v11") return default_shape("v10", d);
@@ -680,12 +680,12 @@ Plan plan(const std::string& kernel, const fa::AttnProblem& p, fa::DType dtype, 
       add_note(!kHaveSm90a ? asked + " needs a build for sm_90a (wgmma); this one has none: ran " + pl.runs
                            : asked + " runs on sm_90 only (wgmma); ran " + pl.runs + " on this sm_" + std::to_string(sm) + " GPU");
     } else if (pl.runs == "v8" && tc_width == 64) {
-      // Measured on the H200 (README, v8): at d = 64 v7's 64 x 128 blocks fit three to an SM, and
+      // Measured on the H200 (lab notebook, v8): at d = 64 v7's 64 x 128 blocks fit three to an SM, and
       // v8's second Q tile leaves room for two; v8 ran 17 % slower there. v7 runs instead.
       pl.runs = "v7";
       add_note("v8 runs d = 128 only (at d = 64 its second Q tile costs v7's third block per SM): ran v7");
     } else if (pl.runs == "v10" && tc_width == 64) {
-      // Measured on the H200 (README, v10): at d = 64 its tile bookkeeping takes v9's 127 registers
+      // Measured on the H200 (lab notebook, v10): at d = 64 its tile bookkeeping takes v9's 127 registers
       // past 128 (135 in the first draft, 150 now), one block per SM instead of two, 26-32 % slower.
       // v9 runs instead.
       pl.runs = "v9";

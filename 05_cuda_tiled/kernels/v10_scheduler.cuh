@@ -11,9 +11,9 @@
 //                                                   and its O_i is written
 //
 // Why: at d = 128 and N <= 1024 v9 trails FlashAttention-2 (0.77-0.84x timed with back-to-back
-// launches, README "Measuring small N"; 0.86-0.89x timed one launch at a time) because each of its blocks
+// launches, lab notebook "Measuring small N"; 0.86-0.89x timed one launch at a time) because each of its blocks
 // spends a fixed start (Q_i, K_0 loaded, S_0 with nothing to overlap) and end (the last P V, O_i
-// written) on only 4-8 key blocks (README, "Small N at d = 128"). v8 hid part of the start on v7,
+// written) on only 4-8 key blocks (lab notebook, "Small N at d = 128"). v8 hid part of the start on v7,
 // with a fixed tile order that made its causal runs 6-9 % slower at large N: blocks that drew long
 // tiles finished late while others idled. Here a block asks for its next tile when it starts one,
 // so the tiles go, in v9's order (causal: the heaviest first), to whichever block is free first.

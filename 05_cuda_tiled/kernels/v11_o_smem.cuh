@@ -12,7 +12,7 @@
 //                                                   and 8 LDS.128 more, 8 STG.128 instead of
 //                                                   32 STG.32
 //
-// Why: ncu on the H200 (README, v10, "Measuring small N") counts 3.15 M excess global sectors
+// Why: ncu on the H200 (lab notebook, v10, "Measuring small N") counts 3.15 M excess global sectors
 // from uncoalesced accesses in v10 at every N of the papers' grid (B N fixed, so O has the same
 // size everywhere): 13 % of all its sectors at N = 512, 1 % at N = 8192, and ncu estimates 11.8 %
 // of v10's time at N = 512 behind them. O written in half sectors accounts for 2.10 M of them

@@ -27,8 +27,8 @@
 //                                                   64,512 the block gets at launch, 384 x 168)
 //
 // Why: at N = 512 (4 key blocks per tile) v11 spends about 4.3 us of each 16.9 us tile on its start
-// and end (README, v11); in one run FlashAttention-2 lost 2 % from N = 8192 to N = 512 (README,
-// "Measuring small N") and v11 26 % (README, v11). Our reading before the run: the barriers that
+// and end (lab notebook, v11); in one run FlashAttention-2 lost 2 % from N = 8192 to N = 512 (lab notebook,
+// "Measuring small N") and v11 26 % (lab notebook, v11). Our reading before the run: the barriers that
 // tie the two warpgroups together at every key block also tie their tile ends together: both
 // write O at the same time, and both wait for the next tile's first copies at the same time. FlashAttention-3 (Shah et al. 2024, section 3.1, "producer-consumer asynchrony
 // through warp-specialization and pingpong scheduling") gives the copies to a producer that uses
@@ -36,11 +36,11 @@
 //
 // A first draft kept cp.async, issued by one producer warp: 0.43-0.57x v11 at every N. One warp
 // issuing 4,096 16-byte copies per key block (128 warp instructions of 32 copies, each with about
-// 15 instructions of address arithmetic) was (our reading) slower than the math it fed (README,
+// 15 instructions of address arithmetic) was (our reading) slower than the math it fed (lab notebook,
 // v12). TMA moves a box (16 KiB for Q and at
 // Bc = 128, 8 KiB at Bc = 64) with one instruction.
 //
-// Measured on the H200 (README, v12; bf16, d = 128, one run): 1.5-1.8x v11 at every N, not only at
+// Measured on the H200 (lab notebook, v12; bf16, d = 128, one run): 1.5-1.8x v11 at every N, not only at
 // small N as predicted; 2.02x FlashAttention-2 and 0.97x cuDNN at N = 8192. Our reading, not
 // profiled yet: without the block barrier the two consumer warpgroups drift apart, so one's
 // softmax runs beside the other's products (FlashAttention-3's ping-pong, here unforced).

@@ -6,7 +6,7 @@
 //   v4                                              v5
 //   4 warps, Br = 64, Bc = 64 for every d           kWarps (Br = 16 kWarps) and Bc template
 //                                                   parameters; runner.cu picks them per d from
-//                                                   the sweep (bench BM_shape, README)
+//                                                   the sweep (bench BM_shape, lab notebook)
 //   task t -> (b, h, query block t % Tr)            causal: query block Tr - 1 - t / (B H) first
 //
 // Why the shape matters: a larger Br shares each K/V tile (bytes from HBM and cp.async work)

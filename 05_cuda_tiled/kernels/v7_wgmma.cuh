@@ -12,7 +12,7 @@
 //   (bank conflicts)                                descriptor names (the copy writes it)
 //   mma.sync waits for its result                   wgmma is asynchronous: issue, commit, wait
 //
-// Why: on the H200 v5 used only 36 % of issue slots and its tensor pipe 42 % (ncu, README): the
+// Why: on the H200 v5 used only 36 % of issue slots and its tensor pipe 42 % (ncu, lab notebook): the
 // warps wait on chains of small mma and on the ldmatrix feeding them. Hopper's tensor cores are
 // built around wgmma (FlashAttention-3, Shah et al. 2024, opens on FlashAttention-2 reaching only
 // 35 % of the H100's peak with mma.sync): one m64n64k16 does the work of 32 mma.sync m16n8k16

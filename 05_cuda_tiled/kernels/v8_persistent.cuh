@@ -11,7 +11,7 @@
 //   until they arrive                               its O_i is written (Q_i double-buffered)
 //
 // Why: at d = 128 and small N a v7 block spends about 4.7 us of its 18.5 us on this start and
-// end (ncu at N = 512 against N = 8192, README "Small N at d = 128"), and one block fills an SM
+// end (ncu at N = 512 against N = 8192, lab notebook "Small N at d = 128"), and one block fills an SM
 // (207 registers x 256 threads, 163 KiB), so nothing hides it. FlashAttention-2 hides it with two
 // resident blocks per SM; FlashAttention-3 (Shah et al. 2024, Section 3.1) with persistent blocks
 // whose producer warps load the next tile. This is the second idea without the producer warps.

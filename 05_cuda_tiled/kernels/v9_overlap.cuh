@@ -13,7 +13,7 @@
 //
 // Why: v7 issues its products and waits for each (wgmma_wait<0>), so within a warpgroup the
 // tensor cores and the exp/FFMA units take turns; ncu found v7 issuing in only 41 % of cycles at
-// N = 8192, d = 128 (README, "Small N at d = 128"), with one block of two warpgroups per SM to hide
+// N = 8192, d = 128 (lab notebook, "Small N at d = 128"), with one block of two warpgroups per SM to hide
 // the waits. Here P V of the previous block is in flight while this block's softmax runs. The
 // price: registers (P_{j-1} in 16 bits and P_j in fp32 are both live through the softmax: about
 // 225 a thread at d = 128 against v7's 207), block 0 peeled off before the loop, the last P V after it.
@@ -28,9 +28,9 @@
 //
 // And ptxas may wait earlier than the source says, without a message: in the SASS (CUDA 13.0) the
 // wait for P V (wgmma_wait<0>) sits before the softmax's first exp, not after its last, so both
-// products run as one batch and the softmax waits for them (README, v9; tools/sass_overlap.py
+// products run as one batch and the softmax waits for them (lab notebook, v9; tools/sass_overlap.py
 // counts the exps between the two waits: 0 here). Moving the wait where ptxas keeps it, tried
-// on v11, was measured slower (README, "Tried after v11").
+// on v11, was measured slower (lab notebook, "Tried after v11").
 //
 // The online softmax invariant (FA2 Algorithm 1, lines 9-10), shifted by one block: at the start of
 // iteration j, O holds sum_{k < j-1} P~_k V_k relative to m_{j-2}, and P~_{j-1} (relative to
